@@ -1,0 +1,93 @@
+"""User-facing errors: a span in the user's text, a message "what, allowed, got", an optional hint.
+
+Every stage that rejects user input raises ``SpecError`` carrying one or more ``Diagnostic``s;
+the CLI renders them all at once (sorted by position) with the source line and a caret, and maps
+them to the documented exit codes. Nothing here imports anything heavy.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+# Exit codes are part of the CLI contract (README "Exit codes").
+EXIT_OK = 0  # feasible / success
+EXIT_INFEASIBLE = 1  # the contract cannot be met
+EXIT_INVALID = 2  # the spec (or command line) is invalid
+EXIT_INTERNAL = 3  # a bug in autocompress: please report it
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """1-based line/column of the first character, plus the end (exclusive) when known."""
+
+    line: int
+    column: int
+    end_line: int = 0
+    end_column: int = 0
+
+    @classmethod
+    def point(cls, line: int, column: int) -> "Span":
+        return cls(line, column, line, column + 1)
+
+
+NO_SPAN = Span(0, 0)
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    span: Span
+    message: str
+    hint: str = ""
+    severity: str = "error"  # "error" | "warning"
+    code: str = ""  # short stable id, e.g. "unknown-name", "missing-unit"
+
+    def render(self, path: str, source: str | None) -> str:
+        """Render as ``path:line:col: error: message`` + source line + caret + hint."""
+        loc = f"{path}:{self.span.line}:{self.span.column}" if self.span.line else path
+        out = [f"{loc}: {self.severity}: {self.message}"]
+        if source is not None and self.span.line:
+            lines = source.splitlines()
+            if 0 < self.span.line <= len(lines):
+                text = lines[self.span.line - 1].replace("\t", " ")
+                width = 1
+                if self.span.end_line == self.span.line and self.span.end_column > self.span.column:
+                    width = self.span.end_column - self.span.column
+                gutter = f"{self.span.line:>4} | "
+                out.append(gutter + text)
+                out.append(" " * (len(gutter) + self.span.column - 1) + "^" * max(1, width))
+        if self.hint:
+            out.append(f"  hint: {self.hint}")
+        return "\n".join(out)
+
+
+class SpecError(Exception):
+    """One or more user errors in a spec (or in a file the spec names)."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic], path: str = "<spec>", source: str | None = None):
+        self.diagnostics = sorted(diagnostics, key=lambda d: (d.span.line, d.span.column))
+        self.path = path
+        self.source = source
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return "\n".join(d.render(self.path, self.source) for d in self.diagnostics)
+
+
+def did_you_mean(got: str, allowed: Iterable[str]) -> str:
+    """A 'did you mean X?' hint when a close name exists, else ''."""
+    allowed = list(allowed)
+    close = difflib.get_close_matches(got, allowed, n=1, cutoff=0.6)
+    if not close:
+        # rtx-5007 vs rtx-5070: transpositions score low on ratio; compare sorted characters too.
+        key = sorted(got)
+        close = [a for a in allowed if sorted(a) == key][:1]
+    return f"did you mean '{close[0]}'?" if close else ""
+
+
+def one_of(allowed: Iterable[str]) -> str:
+    names = sorted(allowed)
+    if len(names) > 12:
+        return ", ".join(names[:12]) + f", ... ({len(names)} in all)"
+    return ", ".join(names)
