@@ -1,0 +1,133 @@
+"""The ``acc`` command line. The only module that prints with rich.
+
+Exit codes (documented in the README):
+  0  success; for ``acc check``: the contract is feasible
+  1  the contract is infeasible (``acc check``) or not met (``acc verify``)
+  2  invalid input: a spec, profile or command-line error, rendered with file:line:col
+  3  internal error: a bug in autocompress; the message asks to report it
+
+Imports are deliberately lazy: ``acc check`` must answer in well under two seconds, so rich,
+cvxpy and the stages are imported inside the commands that use them, and torch never is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from autocompress import __version__
+from autocompress.diagnostics import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, SpecError
+
+BUG_HINT = "this is a bug in autocompress {v}; please report it with the spec and this message"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="acc", description="autocompress: deployment contract in, compressed model out")
+    p.add_argument("--version", action="version", version=f"autocompress {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("check", help="parse, validate and prove feasibility of a .acspec (no weights loaded)")
+    c.add_argument("spec", help="path of the .acspec file")
+    c.add_argument("--format", choices=("text", "md", "json"), default="text",
+                   help="text: terminal summary (default); md: Markdown for a PR comment; json: machine-readable")
+    c.add_argument("--out", metavar="FILE", help="write the md/json report to FILE (atomically) instead of stdout")
+    c.add_argument("--no-cache", action="store_true", help="recompute even if an identical check is cached")
+
+    f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
+    f.add_argument("spec")
+    g = f.add_mutually_exclusive_group()
+    g.add_argument("--check", action="store_true", help="exit 1 if the file is not in canonical form")
+    g.add_argument("--write", action="store_true", help="rewrite the file in place (atomically)")
+    return p
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _print_errors(err: SpecError, warnings=()) -> None:
+    # Plain text, no markup: the rendered caret lines must keep their columns.
+    text = err.render()
+    sys.stderr.write(text + "\n")
+    n = len([d for d in err.diagnostics if d.severity == "error"])
+    sys.stderr.write(f"{n} error{'s' if n != 1 else ''} in {err.path}\n")
+
+
+def _cmd_check(args) -> int:
+    from autocompress.check import run_check
+
+    result = run_check(args.spec, use_cache=not args.no_cache)
+    for w in result.warnings:
+        sys.stderr.write(w + "\n")
+    if args.format == "text" and not args.out:
+        from autocompress.report.terminal import print_feasibility
+
+        print_feasibility(_console(), result.report)
+    else:
+        fmt = "md" if args.format == "text" else args.format
+        from autocompress.report.feasibility import render_json, render_markdown
+
+        text = render_markdown(result.report) if fmt == "md" else render_json(result.report)
+        if args.out:
+            from autocompress.cache import atomic_write_text
+
+            atomic_write_text(args.out, text)
+            sys.stderr.write(f"wrote {args.out} ({result.report['verdict']})\n")
+        else:
+            sys.stdout.write(text)
+    return result.exit_code
+
+
+def _cmd_fmt(args) -> int:
+    from autocompress.spec import format_spec, load_spec
+
+    with open(args.spec, "rb") as fh:
+        original = fh.read().decode("utf-8", errors="replace")
+    spec = load_spec(args.spec)
+    text = format_spec(spec)
+    if args.check:
+        if text != original:
+            sys.stderr.write(f"{args.spec}: not in canonical form (run `acc fmt --write {args.spec}`)\n")
+            return 1
+        return EXIT_OK
+    if args.write:
+        from autocompress.cache import atomic_write_text
+
+        atomic_write_text(args.spec, text)
+        return EXIT_OK
+    sys.stdout.write(text)
+    return EXIT_OK
+
+
+COMMANDS = {"check": _cmd_check, "fmt": _cmd_fmt}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return EXIT_INVALID
+    try:
+        return COMMANDS[args.command](args)
+    except SpecError as err:
+        _print_errors(err)
+        return EXIT_INVALID
+    except FileNotFoundError as err:
+        sys.stderr.write(f"{err.filename}: error: no such file\n")
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except Exception as err:  # noqa: BLE001 - the last line of defence: never a bare traceback
+        if os.environ.get("ACC_DEBUG"):
+            raise
+        sys.stderr.write(f"internal error: {type(err).__name__}: {err}\n")
+        sys.stderr.write(BUG_HINT.format(v=__version__) + " (set ACC_DEBUG=1 for the traceback)\n")
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

