@@ -71,6 +71,15 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def fingerprint(path: str | os.PathLike) -> str:
+    """Content hash for small files; size + mtime for large ones (a 100 MB GGUF would cost 0.2 s
+    per check to hash; its header's content hash is part of the key anyway)."""
+    st = os.stat(path)
+    if st.st_size > (1 << 20):
+        return f"stat:{st.st_size}:{st.st_mtime_ns}"
+    return sha256_file(path)
+
+
 class JsonCache:
     """A folder of ``<key>.json`` entries. Entries record the files they depend on with their
     hashes, so a hit is only served while those files are unchanged."""
@@ -89,14 +98,14 @@ class JsonCache:
             return None
         for dep, digest in entry.get("deps", {}).items():
             try:
-                if sha256_file(dep) != digest:
+                if fingerprint(dep) != digest:
                     return None
             except OSError:
                 return None
         return entry.get("value")
 
     def put(self, k: str, value: Any, deps: Iterable[str] = ()) -> None:
-        entry = {"deps": {d: sha256_file(d) for d in deps}, "value": value}
+        entry = {"deps": {str(d): fingerprint(d) for d in deps}, "value": value}
         try:
             atomic_write_json(self._path(k), entry)
         except OSError:

@@ -13,6 +13,8 @@ definitions in facts.md:
     op's time is max of two affine functions of the KV length between sliding-window
     breakpoints, summed in closed form), so out = 32K costs no more than out = 2;
   * E2E = TTFT + sum of decode steps; TPOT = (E2E - TTFT)/(out - 1); throughput = B*out/E2E.
+  * B above vLLM's max_num_seqs runs in ceil(B / max_num_seqs) equal waves one after another
+    (E2E multiplies; TTFT and TPOT are a wave's).
 
 **serve** (``vllm bench serve`` with c concurrent streaming clients in steady state, continuous
 batching with chunked prefill):
@@ -29,7 +31,9 @@ full context (the last prompt token is always recomputed to get its logits).
 
 **tensor parallel**: per-GPU shapes (``roofline``) plus an all-reduce per sub-block over the link.
 
-CUDA graphs (vLLM on GPU) cover pure-decode steps of at most the largest capture size.
+CUDA graphs (vLLM on GPU): pure-decode steps of at most the largest capture size replay full
+graphs; prefill and mixed steps of at most that many tokens run piecewise graphs (attention eager);
+the steady-state serve step is costed as a decode step (full graph) carrying its amortized prefill.
 """
 
 from __future__ import annotations
@@ -98,20 +102,26 @@ def _executed_blocks(arch: Architecture) -> int:
     return sum(1 for b in arch.blocks if b.mixer is not None or b.ffn is not None)
 
 
-def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph: bool = False) -> StepCost:
-    """Time of one engine step running pass ``p``."""
+def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph: bool | str = False) -> StepCost:
+    """Time of one engine step running pass ``p``.
+
+    ``graph``: False (eager), True (a full CUDA graph: graph launch costs, no per-layer Python) or
+    ``"piecewise"`` (vLLM's piecewise graphs for mixed / prefill steps of at most the largest
+    capture size in tokens: graph launch costs except for the attention core, which runs eagerly
+    between the pieces, and the per-layer overhead stays).
+    """
     k = profile.kernel
-    launch = k.graph_launch_s if graph else k.launch_s
-    layer_oh = 0.0 if graph else k.layer_overhead_s
+    layer_oh = 0.0 if graph is True else k.layer_overhead_s
     blocks = [0.0] * arch.num_layers
     head = comp = mem = wbytes = 0.0
     overhead = k.step_overhead_s + layer_oh * _executed_blocks(arch)
     for i, op in _ops(arch, p, nb):
-        t = op_time(op, device, profile, nb.weight, graph)
+        in_graph = graph is True or (graph == "piecewise" and op.cls != "attention")
+        t = op_time(op, device, profile, nb.weight, in_graph)
         c, m = roofline_seconds(op, device, profile, nb.weight)
         comp += max(c, m) if c > m else 0.0
         mem += max(c, m) if c <= m else 0.0
-        overhead += op.launches * launch
+        overhead += op.launches * (k.graph_launch_s if in_graph else k.launch_s)
         wbytes += op.weight_bytes
         if i is None:
             head += t
@@ -178,12 +188,13 @@ def prefill_tokens(workload) -> int:
     return max(1, round((1.0 - workload.prefix_cache) * workload.input_tokens))
 
 
-def _graph_ok(engine: str, device, seqs: float, max_num_seqs: int) -> bool:
+def graph_eligible(engine: str, device, seqs: float, max_num_seqs: int) -> bool:
+    """Whether a pure-decode step of ``seqs`` sequences replays a CUDA graph (vLLM on GPU, captured size)."""
     return bool(ENGINES[engine].cuda_graphs and device.kind == "gpu"
                 and seqs <= max(cudagraph_capture_sizes(max_num_seqs)))
 
 
-def _prefill_passes(seqs: int, q: int, ctx: int, budget: float, extra: Pass | None) -> list[tuple[Pass, float]]:
+def prefill_passes(seqs: float, q: int, ctx: int, budget: float, extra: Pass | None) -> list[tuple[Pass, float]]:
     """Chunked prefill of ``seqs`` prompts as (pass, repeat count); ``extra`` rides along each step."""
     def with_extra(p: Pass) -> Pass:
         return p if extra is None else p + extra
@@ -197,6 +208,68 @@ def _prefill_passes(seqs: int, q: int, ctx: int, budget: float, extra: Pass | No
             for j in range(chunks)]
 
 
+def prefill_graph_mode(engine: str, device, p: Pass, max_num_seqs: int) -> bool | str:
+    """vLLM V1 (FULL_AND_PIECEWISE) runs steps of at most the largest capture size in tokens with
+    piecewise CUDA graphs; larger steps run eagerly."""
+    if ENGINES[engine].cuda_graphs and device.kind == "gpu" and p.tokens <= max(cudagraph_capture_sizes(max_num_seqs)):
+        return "piecewise"
+    return False
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """The engine steps of one workload, shared by ``predict_workload`` and the feasibility LP.
+
+    TTFT = fixed_s + sum(count * step(pass, graph) for prefill); the decode part is either the
+    exact sum over KV lengths kv_lo..kv_hi of a ``decode_seqs``-sequence step (batch) or
+    ``decode_steps`` repetitions of ``mean_pass`` (serve); batch workloads repeat in ``waves``.
+    """
+
+    mode: str
+    fixed_s: float
+    prefill: tuple[tuple[Pass, float, bool | str], ...]  # (pass, repeat count, graph mode)
+    decode_seqs: float
+    kv_lo: int
+    kv_hi: int
+    mean_pass: Pass
+    decode_graph: bool
+    decode_steps: int  # out - 1
+    waves: int
+    prefill_tokens: int
+    chunk: float
+
+
+def workload_plan(target, workload, device, profile, limits: SchedulerLimits | None = None) -> WorkloadPlan:
+    engine = target.engine
+    limits = limits or scheduler_defaults(engine, device, server=workload.mode == "serve")
+    c, n_in, n_out = workload.concurrency, workload.input_tokens, workload.output_tokens
+    q = prefill_tokens(workload)
+    ctx = n_in - q
+    chunk = limits.max_num_batched_tokens if ENGINES[engine].chunked_prefill else math.inf
+
+    def with_modes(passes):
+        return tuple((p, n, prefill_graph_mode(engine, device, p, limits.max_num_seqs)) for p, n in passes)
+
+    if workload.mode == "batch":
+        # more prompts than max_num_seqs run in equal waves, one after the other
+        waves = math.ceil(c / limits.max_num_seqs) if engine == "vllm" else 1
+        b = c / waves
+        prefill = with_modes(prefill_passes(b, q, ctx, chunk, None))
+        mean_pass = Pass.decode(b, n_in + n_out / 2.0)
+    else:
+        waves, b = 1, float(c)
+        mean_kv = n_in + n_out / 2.0
+        others = Pass.decode(c - 1, mean_kv) if c > 1 else None
+        prefill = with_modes(prefill_passes(1, q, ctx, chunk - (c - 1), others))
+        mean_pass = Pass.decode(c, mean_kv)
+        if c > 1:
+            share = (c - 1) / n_out
+            mean_pass = mean_pass + Pass((Segment(share, q, ctx, share),))
+    graph = graph_eligible(engine, device, b, limits.max_num_seqs)
+    return WorkloadPlan(workload.mode, profile.kernel.prefill_fixed_s, prefill, b, n_in + 1, n_in + n_out - 1,
+                        mean_pass, graph, max(n_out - 1, 0), waves, q, chunk)
+
+
 def predict_workload(arch: Architecture, target, workload, profile=None, device=None,
                      limits: SchedulerLimits | None = None) -> WorkloadCost:
     """TTFT, TPOT, E2E and throughput of one workload (semantics in the module docstring).
@@ -206,43 +279,26 @@ def predict_workload(arch: Architecture, target, workload, profile=None, device=
     device = device or resolve_device(target.hardware)
     profile = profile or load_profile(target.profile, device, target.engine)
     nb = Numerics.from_target(target)
-    engine = target.engine
-    limits = limits or scheduler_defaults(engine, device, server=workload.mode == "serve")
-    c, n_in, n_out = workload.concurrency, workload.input_tokens, workload.output_tokens
-    q = prefill_tokens(workload)
-    ctx = n_in - q
-    chunk = limits.max_num_batched_tokens if ENGINES[engine].chunked_prefill else math.inf
-    fixed = profile.kernel.prefill_fixed_s
-
-    def run(passes):
-        return sum(step_cost(arch, p, device, profile, nb).total_s * n for p, n in passes)
-
-    if workload.mode == "batch":
-        prefill = run(_prefill_passes(c, q, ctx, chunk, None))
-        graph = _graph_ok(engine, device, c, limits.max_num_seqs)
-        decode_total = decode_sum(arch, c, n_in + 1, n_in + n_out - 1, device, profile, nb, graph)
-        ttft = fixed + prefill
-        e2e = ttft + decode_total
-        tpot = decode_total / (n_out - 1) if n_out > 1 else 0.0
-        throughput = c * n_out / e2e
-        mean_pass = Pass.decode(c, n_in + n_out / 2.0)
+    plan = workload_plan(target, workload, device, profile, limits)
+    n_in, n_out, c = workload.input_tokens, workload.output_tokens, workload.concurrency
+    prefill = sum(step_cost(arch, p, device, profile, nb, g).total_s * n for p, n, g in plan.prefill)
+    ttft = plan.fixed_s + prefill
+    graph = plan.decode_graph
+    if plan.mode == "batch":
+        decode_total = decode_sum(arch, plan.decode_seqs, plan.kv_lo, plan.kv_hi, device, profile, nb, graph)
+        e2e = plan.waves * (ttft + decode_total)
+        tpot = decode_total / plan.decode_steps if plan.decode_steps else 0.0
     else:
-        mean_kv = n_in + n_out / 2.0
-        others = Pass.decode(c - 1, mean_kv) if c > 1 else None
-        prefill = run(_prefill_passes(1, q, ctx, chunk - (c - 1), others))
-        mean_pass = Pass.decode(c, mean_kv)
-        if c > 1:
-            share = (c - 1) / n_out
-            mean_pass = mean_pass + Pass((Segment(share, q, ctx, share),))
-        graph = _graph_ok(engine, device, c, limits.max_num_seqs)
-        tpot = step_cost(arch, mean_pass, device, profile, nb, graph).total_s
-        ttft = fixed + prefill
-        e2e = ttft + (n_out - 1) * tpot
-        throughput = c * n_out / e2e
-    mean = step_cost(arch, mean_pass, device, profile, nb, graph)
-    pre = step_cost(arch, Pass.prefill(c if workload.mode == "batch" else 1, min(q, chunk), ctx), device, profile, nb)
-    first = step_cost(arch, Pass.decode(c, n_in + 1), device, profile, nb, graph).total_s
-    last = step_cost(arch, Pass.decode(c, n_in + max(n_out - 1, 1)), device, profile, nb, graph).total_s
+        tpot = step_cost(arch, plan.mean_pass, device, profile, nb, graph).total_s
+        e2e = ttft + plan.decode_steps * tpot
+    throughput = c * n_out / e2e
+    q, ctx, chunk = plan.prefill_tokens, n_in - plan.prefill_tokens, plan.chunk
+    mean = step_cost(arch, plan.mean_pass, device, profile, nb, graph)
+    seqs = plan.mean_pass.segments[0].seqs  # decoding sequences per step (per wave in batch mode)
+    pre = step_cost(arch, Pass.prefill(seqs if workload.mode == "batch" else 1, min(q, chunk), ctx), device, profile,
+                    nb)
+    first = step_cost(arch, Pass.decode(seqs, n_in + 1), device, profile, nb, graph).total_s
+    last = step_cost(arch, Pass.decode(seqs, n_in + max(n_out - 1, 1)), device, profile, nb, graph).total_s
     return WorkloadCost(
         workload=workload.name, mode=workload.mode, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, throughput_tok_s=throughput,
         prefill_s=prefill, prefill_tokens=q, decode_first_s=first, decode_last_s=last,

@@ -38,9 +38,6 @@ from dataclasses import dataclass, replace
 from autocompress.catalog.precisions import PRECISIONS, activation_bytes, peak_flops
 from autocompress.ir import MLP, Architecture, Attention, Block, Mamba2, MoE
 
-INF = float("inf")
-
-
 @dataclass(frozen=True)
 class Op:
     name: str
@@ -340,7 +337,8 @@ def _sub_block_fns(arch: Architecture, block: Block, p: Pass, nb: Numerics):
     return out
 
 
-def block_op_table(arch: Architecture, block_index: int, p: Pass, device, profile, nb: Numerics) -> BlockOpTable:
+def block_op_table(arch: Architecture, block_index: int, p: Pass, device, profile,
+                   nb: Numerics = Numerics()) -> BlockOpTable:
     """Ops of one block with their slopes in each per-layer size, for the feasibility relaxation.
 
     Slopes are exact differences (the ops are affine in these sizes), except the MoE expert

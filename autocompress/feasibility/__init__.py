@@ -1,0 +1,151 @@
+"""Feasibility: is there an architecture in the search space that meets the contract?
+
+Entry point ``assess``: sweep the global hidden size over its grid, solve the continuous
+relaxation (``relax``) for each, round the best point to legal sizes and repair / fill it under
+the exact cost model (``rounding``), and search the uniform (Minitron-style) grid at the same budget
+(``uniform``) so the report can say whether heterogeneity is needed. For an infeasible contract, each bound is
+relaxed alone to find the smallest change that makes the contract feasible (``diagnose``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from autocompress.feasibility.evaluate import Evaluation, evaluate
+from autocompress.feasibility.importance import Importance
+from autocompress.feasibility.relax import LPResult, Relaxation, fix_layers, fix_structure, solve
+from autocompress.feasibility.rounding import repair_and_fill, x_to_arch
+from autocompress.feasibility.uniform import DEPTH_SHARES, drop_order, uniform_search
+from autocompress.space import SearchSpace
+
+BINDING_SLACK = 0.05
+STRUCTURE_TRIES = (0, 2, 8)  # extra FFN sub-blocks removed from the LP's rounded structure
+TOP_HIDDEN = 2  # hidden sizes (best LP objectives first) whose points are rounded  # an exact-check bound within 5% of its limit is reported as binding
+
+
+@dataclass(frozen=True)
+class Candidate:
+    evaluation: Evaluation
+    importance: float  # kept importance, 0..1
+    hidden: int
+    lp_objective: float
+    repair_moves: int
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    bound: str  # "chat.tpot" | "memory"
+    metric: str
+    op: str
+    value: float  # the contract's bound (SI)
+    best: float | None  # best value reachable with every other bound kept (relaxation), None: none
+    note: str
+
+
+@dataclass(frozen=True)
+class Feasibility:
+    verdict: str  # "feasible" | "infeasible"
+    parent: Evaluation
+    start: Candidate | None
+    uniform: Candidate | None
+    binding: tuple[str, ...]
+    lp: tuple[tuple[int, str, float], ...]  # (hidden, status, objective) per grid point
+    diagnosis: tuple[Diagnosis, ...]
+    space: SearchSpace
+    importance_source: str
+    seconds: float
+
+
+def _structures(relax: Relaxation, x) -> list[dict]:
+    """Pinned structures to re-optimize widths for: the LP's own rounding (and variants with more
+    FFN sub-blocks removed), and whole-layer structures removing the least important layers."""
+    out = [fix_structure(relax, x, drop_ffn=k) for k in STRUCTURE_TRIES]
+    if relax.space.allows("depth"):
+        order = drop_order(relax)
+        out += [fix_layers(relax, set(order[:round(share * relax.L)])) for share in DEPTH_SHARES[1:]]
+    return out
+
+
+def _best_candidate(relaxes, results, profile, device, importance, limits) -> Candidate | None:
+    """Round, repair and fill the best LP points; the most important exact-feasible one wins."""
+    order = sorted((r for r in results if r.x is not None),
+                   key=lambda r: -r.value * importance.hidden_factor(r.d, relaxes[r.d].parent.hidden_size))
+    best: Candidate | None = None
+    for r in order[:TOP_HIDDEN]:
+        relax = relaxes[r.d]
+        tried = set()
+        for fix in _structures(relax, r.x):
+            key = tuple(sorted(fix.items()))
+            if key in tried:
+                continue
+            tried.add(key)
+            # Keep decisions pinned, widths re-optimized: the LP is loose on the fixed per-sub-block
+            # costs (launches, per-layer overhead) when a keep variable is fractional.
+            fixed = solve(relax, fix=fix)
+            if fixed.x is None:
+                continue
+            arch, ev, moves = repair_and_fill(relax, x_to_arch(relax, fixed.x), profile, device)
+            if ev.ok:
+                score = importance.score(arch, relax.parent)
+                if best is None or score > best.importance:
+                    best = Candidate(ev, score, r.d, r.value, moves)
+    return best
+
+
+def _bound_names(spec) -> list[tuple[str, str, str, float]]:
+    out = [(f"{w.name}.{b.metric}", b.metric, b.op, b.value) for w in spec.workloads for b in w.bounds]
+    if spec.target.memory_limit_bytes:
+        out.append(("memory", "memory", "<=", float(spec.target.memory_limit_bytes)))
+    return out
+
+
+def _diagnose(spec, relaxes, parent_eval: Evaluation) -> tuple[Diagnosis, ...]:
+    out = []
+    for name, metric, op, value in _bound_names(spec):
+        best_norm = math.inf
+        for relax in relaxes.values():
+            r = solve(relax, objective=name, drop=frozenset({name}))
+            if r.x is not None:
+                best_norm = min(best_norm, r.value)
+        if not math.isfinite(best_norm):
+            out.append(Diagnosis(name, metric, op, value, None,
+                                 "relaxing this bound alone is not enough: the other bounds conflict"))
+            continue
+        if metric == "throughput":
+            w = spec.workload(name.split(".")[0])
+            limit_e2e = w.concurrency * w.output_tokens / value
+            best = w.concurrency * w.output_tokens / (best_norm * limit_e2e)
+            ok = best >= value
+        else:
+            best = best_norm * value
+            ok = best <= value
+        note = "within reach" if ok else "out of reach with the other bounds kept"
+        out.append(Diagnosis(name, metric, op, value, best, note))
+    return tuple(out)
+
+
+def assess(spec, parent_arch, profile, device, space: SearchSpace, importance: Importance,
+           limits=None, diagnose: bool = True) -> Feasibility:
+    """The verdict, the starting point, the uniform baseline and (if infeasible) the diagnosis."""
+    t0 = time.perf_counter()
+    parent_eval = evaluate(parent_arch, spec, profile, device, limits)
+    relaxes = {d: Relaxation(parent_arch, d, spec, profile, device, space, importance, limits)
+               for d in space.hidden_grid}
+    results: list[LPResult] = [solve(r) for r in relaxes.values()]
+    start = _best_candidate(relaxes, results, profile, device, importance, limits)
+    uniform = None
+    found = uniform_search(relaxes, profile, device, limits)
+    if found is not None:
+        arch, ev, score, d = found
+        uniform = Candidate(ev, score, d, math.nan, 0)
+    binding: tuple[str, ...] = ()
+    if start is not None:
+        binding = tuple(c.name for c in start.evaluation.checks if c.slack < BINDING_SLACK)
+    diag: tuple[Diagnosis, ...] = ()
+    if start is None and diagnose:
+        diag = _diagnose(spec, relaxes, parent_eval)
+    lp = tuple((r.d, r.status, r.value) for r in results)
+    return Feasibility("feasible" if start else "infeasible", parent_eval, start, uniform, binding, lp, diag,
+                       space, importance.source, time.perf_counter() - t0)

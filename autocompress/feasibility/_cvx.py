@@ -1,21 +1,32 @@
-"""Import cvxpy without paying for scipy.stats.
+"""Import cvxpy without paying for what the feasibility LP never uses.
 
-cvxpy imports ``scipy.stats`` (about 0.5 s of the 1.3-2 s cvxpy import on these machines) only for
-``entropy`` in its quantum relative-entropy atom, which we never use. While cvxpy imports we give
-it a stand-in module whose ``entropy`` imports the real one on first call; the stand-in is removed
-right after, so any later ``import scipy.stats`` gets the real module.
+On these machines ``import cvxpy`` takes 1.3-2 s, mostly outside cvxpy: ``scipy.stats`` (for the
+``entropy`` of a quantum atom) and, through ``installed_solvers()`` at import time, the OSQP, SCS
+and SciPy-linprog solver packages (~1 s together). We solve a linear program with HiGHS (Clarabel
+as fallback), so while cvxpy imports:
+
+* ``scipy.stats`` is a stand-in whose ``entropy`` imports the real module on first call;
+* ``osqp``, ``scs`` and ``scipy.optimize`` are marked absent (``sys.modules[name] = None`` makes
+  their import raise ModuleNotFoundError, which cvxpy's solver probe treats as "not installed").
+
+Every stand-in is removed right after, so later imports of these modules get the real ones; only
+cvxpy's own list of installed solvers, in this process, lacks OSQP, SCS and SCIPY.
+``bench/check_latency.py`` measures the effect.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import types
+
+_ABSENT = ("osqp", "scs", "scipy.optimize")
 
 
 def cvxpy():
     if "cvxpy" in sys.modules:
         return sys.modules["cvxpy"]
-    shim = None
+    planted: dict[str, object] = {}
     if "scipy.stats" not in sys.modules:
         shim = types.ModuleType("scipy.stats")
 
@@ -26,10 +37,36 @@ def cvxpy():
             return real.entropy(*args, **kwargs)
 
         shim.entropy = entropy
-        sys.modules["scipy.stats"] = shim
+        planted["scipy.stats"] = shim
+    for name in _ABSENT:
+        if name not in sys.modules:
+            planted[name] = None
+    sys.modules.update(planted)
     try:
         import cvxpy as cp
     finally:
-        if shim is not None and sys.modules.get("scipy.stats") is shim:
-            del sys.modules["scipy.stats"]
+        for name, obj in planted.items():
+            if sys.modules.get(name, 0) is obj:
+                del sys.modules[name]
+    _silence_highs_banner()
     return cp
+
+
+def _silence_highs_banner() -> None:
+    """HiGHS prints a copyright banner to the process's stdout (C level, not Python's sys.stdout)
+    the first time a solver object is built, which would corrupt ``acc check --format json``.
+    Build that first object with file descriptor 1 pointed at /dev/null."""
+    try:
+        import highspy
+    except ImportError:  # pragma: no cover - cvxpy falls back to Clarabel
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)

@@ -77,11 +77,11 @@ def memory_check(spec, mem: MemoryBreakdown) -> BoundCheck:
     return c
 
 
-def evaluate(arch: Architecture, spec, profile, device) -> Evaluation:
+def evaluate(arch: Architecture, spec, profile, device, limits=None) -> Evaluation:
     """Exact cost-model predictions for ``arch`` under ``spec``'s target and workloads."""
     target = spec.target
-    costs = tuple(predict_workload(arch, target, w, profile, device) for w in spec.workloads)
-    mem = memory_breakdown(arch, target, spec.workloads, profile, device)
+    costs = tuple(predict_workload(arch, target, w, profile, device, limits) for w in spec.workloads)
+    mem = memory_breakdown(arch, target, spec.workloads, profile, device, limits)
     checks = []
     for w, c in zip(spec.workloads, costs):
         for b in w.bounds:

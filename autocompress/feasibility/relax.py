@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autocompress.catalog.engines import ENGINES, scheduler_defaults
-from autocompress.cost import Numerics, Op, Pass, Segment, block_op_table, memory_breakdown, model_ops
-from autocompress.cost.latency import _graph_ok, _prefill_passes, prefill_tokens
+from autocompress.catalog.engines import ENGINES
+from autocompress.cost import Numerics, Op, Pass, block_op_table, memory_breakdown, model_ops, workload_plan
 from autocompress.cost.roofline import roofline_seconds
 from autocompress.feasibility._cvx import cvxpy
 from autocompress.ir import MLP, Architecture, Attention, MoE
@@ -49,8 +48,9 @@ class Metric:
 class Relaxation:
     """The LP data for one hidden size; metrics are built once, solved for several objectives."""
 
-    def __init__(self, parent: Architecture, d: int, spec, profile, device, space, importance):
+    def __init__(self, parent: Architecture, d: int, spec, profile, device, space, importance, limits=None):
         self.parent, self.d, self.spec, self.profile, self.device = parent, d, spec, profile, device
+        self.limits = limits
         self.space, self.importance = space, importance
         self.arch = parent.with_blocks(parent.blocks, hidden_size=d)
         self.L = parent.num_layers
@@ -97,12 +97,18 @@ class Relaxation:
         _, m = roofline_seconds(Op("u", 0.0, 1.0, 0.0, cls), self.device, self.profile, self.nb.weight)
         return c, m
 
-    def _step(self, p: Pass, graph: bool) -> tuple[float, np.ndarray, dict]:
-        """(const, lin, epigraph rows) of one engine step's time, as affine functions of x."""
+    def _step(self, p: Pass, graph: bool | str) -> tuple[float, np.ndarray, dict, float]:
+        """(const, lin, epigraph rows, per-layer overhead) of one engine step, affine in x.
+
+        Mirrors ``cost.latency.step_cost``: ``graph`` False (eager), True (full CUDA graph) or
+        "piecewise" (graph launches except the attention core; per-layer overhead stays).
+        """
         L, k = self.L, self.profile.kernel
-        launch = k.graph_launch_s if graph else k.launch_s
+
+        def launch_of(cls: str) -> float:
+            return k.graph_launch_s if graph is True or (graph == "piecewise" and cls != "attention") else k.launch_s
         const = k.step_overhead_s + sum(
-            max(roofline_seconds(op, self.device, self.profile, self.nb.weight)) + op.launches * launch
+            max(roofline_seconds(op, self.device, self.profile, self.nb.weight)) + op.launches * launch_of(op.cls)
             for op in model_ops(self.arch, p, self.nb))
         lin = np.zeros(4 * L)
         tws: dict = {}
@@ -119,13 +125,13 @@ class Relaxation:
                 if self.lo[keep * L + l] == self.hi[keep * L + l] == 1 and not vname:
                     const_f, const_b = row.op.flops, row.op.bytes  # frozen sub-block (Mamba)
                     cs, ms = self._scales(row.op.cls)
-                    const += max(cs * const_f, ms * const_b) + row.op.launches * launch
+                    const += max(cs * const_f, ms * const_b) + row.op.launches * launch_of(row.op.cls)
                     continue
                 f[keep * L + l], f[var * L + l] = row.op.flops - df * at, df
                 bvec[keep * L + l], bvec[var * L + l] = row.op.bytes - db * at, db
                 cs, ms = self._scales(row.op.cls)
                 P, Q = cs * f, ms * bvec
-                lin[keep * L + l] += row.op.launches * launch
+                lin[keep * L + l] += row.op.launches * launch_of(row.op.cls)
                 # dominance over the box corners of (keep, var): (0,0), (1,lo..hi)
                 corners = [(1.0, self.lo[var * L + l] if vname else 0.0), (1.0, self.hi[var * L + l] if vname else 0.0)]
                 diffs = [(P - Q)[keep * L + l] * c0 + (P - Q)[var * L + l] * c1 for c0, c1 in corners]
@@ -137,67 +143,48 @@ class Relaxation:
                     self.rows_f.append(P)
                     self.rows_g.append(Q)
                     tws[len(self.rows_f) - 1] = tws.get(len(self.rows_f) - 1, 0.0) + 1.0
-        return const, lin, tws
+        return const, lin, tws, (0.0 if graph is True else k.layer_overhead_s)
 
     def _add(self, acc: list, step, weight: float) -> None:
-        const, lin, tws = step
+        """acc = [const, lin, epigraph weights, layer-overhead weight] += weight * step."""
+        const, lin, tws, oh = step
         acc[0] += weight * const
         acc[1] = acc[1] + weight * lin
         for j, v in tws.items():
             acc[2][j] = acc[2].get(j, 0.0) + weight * v
+        acc[3] += weight * oh
 
     def _workload(self, w) -> None:
-        target, L = self.spec.target, self.L
-        engine = target.engine
-        limits = scheduler_defaults(engine, self.device, server=w.mode == "serve")
-        c, n_in, n_out = w.concurrency, w.input_tokens, w.output_tokens
-        q = prefill_tokens(w)
-        ctx = n_in - q
-        chunk = limits.max_num_batched_tokens if ENGINES[engine].chunked_prefill else math.inf
-        graph = _graph_ok(engine, self.device, c, limits.max_num_seqs)
-        k = self.profile.kernel
-        ttft = [k.prefill_fixed_s, np.zeros(4 * L), {}]
-        decode = [0.0, np.zeros(4 * L), {}]
-        executed = {"ttft": 0.0, "decode": 0.0}
-        if w.mode == "batch":
-            for p, n in _prefill_passes(c, q, ctx, chunk, None):
-                self._add(ttft, self._step(p, False), n)
-                executed["ttft"] += n
-            steps = n_out - 1
-            if steps > 0:
-                pts = min(DECODE_POINTS, steps)
-                for j in range(pts):
-                    kv = n_in + 1 + (j + 0.5) * steps / pts - 0.5
-                    self._add(decode, self._step(Pass.decode(c, kv), graph), steps / pts)
-                executed["decode"] = 0.0 if graph else steps
-        else:
-            mean_kv = n_in + n_out / 2.0
-            others = Pass.decode(c - 1, mean_kv) if c > 1 else None
-            for p, n in _prefill_passes(1, q, ctx, chunk - (c - 1), others):
-                self._add(ttft, self._step(p, False), n)
-                executed["ttft"] += n
-            mean_pass = Pass.decode(c, mean_kv)
-            if c > 1:
-                share = (c - 1) / n_out
-                mean_pass = mean_pass + Pass((Segment(share, q, ctx, share),))
-            self._add(decode, self._step(mean_pass, graph), max(n_out - 1, 0))
-            executed["decode"] = 0.0 if graph else max(n_out - 1, 0)
-        oh = k.layer_overhead_s
-        steps = max(n_out - 1, 1)
-        mk = lambda name, parts, uw: Metric(name, parts[0], parts[1], parts[2], uw)  # noqa: E731
-        self.metrics[f"{w.name}.ttft"] = mk("ttft", ttft, oh * executed["ttft"])
-        e2e = [ttft[0] + decode[0], ttft[1] + decode[1], dict(ttft[2])]
-        for j, v in decode[2].items():
-            e2e[2][j] = e2e[2].get(j, 0.0) + v
-        self.metrics[f"{w.name}.e2e"] = mk("e2e", e2e, oh * (executed["ttft"] + executed["decode"]))
-        tpot = [decode[0] / steps, decode[1] / steps, {j: v / steps for j, v in decode[2].items()}]
-        self.metrics[f"{w.name}.tpot"] = mk("tpot", tpot, oh * executed["decode"] / steps)
+        """TTFT, TPOT and E2E of one workload from the cost model's own plan of engine steps."""
+        L = self.L
+        plan = workload_plan(self.spec.target, w, self.device, self.profile, self.limits)
+        ttft = [plan.fixed_s, np.zeros(4 * L), {}, 0.0]
+        decode = [0.0, np.zeros(4 * L), {}, 0.0]
+        for p, n, g in plan.prefill:
+            self._add(ttft, self._step(p, g), n)
+        steps = plan.decode_steps
+        if steps > 0 and plan.mode == "batch":  # midpoint rule over the KV lengths
+            pts = min(DECODE_POINTS, steps)
+            for j in range(pts):
+                kv = plan.kv_lo + (j + 0.5) * steps / pts - 0.5
+                self._add(decode, self._step(Pass.decode(plan.decode_seqs, kv), plan.decode_graph), steps / pts)
+        elif steps > 0:
+            self._add(decode, self._step(plan.mean_pass, plan.decode_graph), steps)
+        waves = plan.waves
+        e2e = [waves * (ttft[0] + decode[0]), waves * (ttft[1] + decode[1]), {}, waves * (ttft[3] + decode[3])]
+        for part in (ttft[2], decode[2]):
+            for j, v in part.items():
+                e2e[2][j] = e2e[2].get(j, 0.0) + waves * v
+        div = max(steps, 1)
+        tpot = [decode[0] / div, decode[1] / div, {j: v / div for j, v in decode[2].items()}, decode[3] / div]
+        for name, parts in (("ttft", ttft), ("e2e", e2e), ("tpot", tpot)):
+            self.metrics[f"{w.name}.{name}"] = Metric(name, parts[0], parts[1], parts[2], parts[3])
 
     # ---- memory ----------------------------------------------------------------------------
     def _memory(self) -> None:
         L, d, t = self.L, self.d, self.spec.target
         wb = self.nb.w
-        mem = memory_breakdown(self.arch, t, self.spec.workloads, self.profile, self.device)
+        mem = memory_breakdown(self.arch, t, self.spec.workloads, self.profile, self.device, self.limits)
         mf = self.profile.memory.margin_fraction
         wlin = np.zeros(4 * L)  # weight bytes as a function of x
         for l, b in enumerate(self.parent.blocks):
@@ -233,78 +220,127 @@ class Relaxation:
             self.mem_limit = float(mem.requested_bytes)
 
     # ---- problem assembly -------------------------------------------------------------------
-    def build(self, objective: str = "importance", drop: frozenset = frozenset(), uniform: bool = False):
-        """A cvxpy problem; ``objective`` is "importance" or the name of a bound to minimize."""
-        cp = cvxpy()
-        L = self.L
-        x = cp.Variable(4 * L)
-        u = cp.Variable(L)
-        n_t = len(self.rows_f)
-        t = cp.Variable(n_t) if n_t else None
-        cons = [x >= self.lo, x <= self.hi, u >= x[A * L:(A + 1) * L], u >= x[G * L:(G + 1) * L], u <= 1]
+    def bound_rows(self) -> dict[str, tuple[float, np.ndarray, float]]:
+        """name -> (const, row over x/u/t, limit) for each bound of the contract (memory apart)."""
+        L, nt = self.L, len(self.rows_f)
+        out = {}
+        for w in self.spec.workloads:
+            for b in w.bounds:
+                key = f"{w.name}.e2e" if b.metric == "throughput" else f"{w.name}.{b.metric}"
+                m = self.metrics[key]
+                row = np.zeros(5 * L + nt)
+                row[:4 * L] = m.lin
+                row[4 * L:5 * L] = m.uw
+                for j, v in m.tw.items():
+                    row[5 * L + j] += v
+                limit = w.concurrency * w.output_tokens / b.value if b.metric == "throughput" else b.value
+                out[f"{w.name}.{b.metric}"] = (m.const, row, limit)
+        return out
+
+    def _assemble(self) -> None:
+        """The LP's fixed data: maximize c @ z s.t. Gm z <= h, lo <= z <= hi.
+
+        Layout of z: x (4L) | u (L) | t (epigraph rows) | s, r (L each: KV / FFN curve hypographs)
+        | one KV epigraph per workload (memory, in units of the limit) | one objective epigraph o.
+        Bound rows and objective rows are switched on and off through their right-hand sides, so
+        one compiled cvxpy problem (DPP: parameters for c, h, lo, hi) serves every solve at this
+        hidden size: the importance LP, pinned structures, and each bound's diagnosis.
+        """
+        L, nt, nw = self.L, len(self.rows_f), len(self.mem_kvs)
+        ou, ot = 4 * L, 5 * L
+        os_, or_ = ot + nt, ot + nt + L
+        om = or_ + L
+        oo = om + nw
+        n = oo + 1
+        lo, hi = np.full(n, -BIG), np.full(n, BIG)
+        lo[:4 * L], hi[:4 * L] = self.lo, self.hi
+        lo[ou:ou + L], hi[ou:ou + L] = 0.0, 1.0
+        rows: list[np.ndarray] = []
+        h: list[float] = []
+
+        def le(r: np.ndarray, b: float) -> int:
+            rows.append(r)
+            h.append(b)
+            return len(rows) - 1
+
+        def row() -> np.ndarray:
+            return np.zeros(n)
+
+        for l in range(L):  # u >= a, u >= g
+            for kind in (A, G):
+                r = row(); r[kind * L + l], r[ou + l] = 1.0, -1.0; le(r, 0.0)  # noqa: E702
         kv_min = min(self.space.kv_choices) if self.space.kv_choices else 0
         att = [l for l, b in enumerate(self.parent.blocks) if isinstance(b.mixer, Attention)]
         ffn = [l for l, b in enumerate(self.parent.blocks) if isinstance(b.ffn, (MLP, MoE))]
-        if att:
-            ia, ik = np.array(att) + A * L, np.array(att) + K * L
-            cons += [x[ik] >= kv_min * x[ia], x[ik] <= self.hi[ik] * x[ia]]
-        if ffn:
-            ig, iw = np.array(ffn) + G * L, np.array(ffn) + W * L
-            step = self.space.ffn_step if any(isinstance(self.parent.blocks[l].ffn, MLP) for l in ffn) else 1
-            cons += [x[iw] >= np.minimum(step, self.hi[iw]) * x[ig], x[iw] <= self.hi[iw] * x[ig]]
-        if n_t:
-            P, Q = np.array(self.rows_f), np.array(self.rows_g)
-            cons += [t >= P @ x, t >= Q @ x]
-        if uniform:
-            for kind, idx in ((A, att), (K, att), (G, ffn), (W, ffn)):
-                for l in idx[1:]:
-                    if self.hi[kind * L + l] == self.hi[kind * L + idx[0]]:
-                        cons.append(x[kind * L + l] == x[kind * L + idx[0]])
+        for l in att:  # kv_min * a <= k <= KV * a
+            r = row(); r[A * L + l], r[K * L + l] = kv_min, -1.0; le(r, 0.0)  # noqa: E702
+            r = row(); r[K * L + l], r[A * L + l] = 1.0, -self.hi[K * L + l]; le(r, 0.0)  # noqa: E702
+        for l in ffn:  # step * g <= w <= I * g
+            f = self.parent.blocks[l].ffn
+            step = min(self.space.ffn_step, self.hi[W * L + l]) if isinstance(f, MLP) else f.top_k
+            r = row(); r[G * L + l], r[W * L + l] = step, -1.0; le(r, 0.0)  # noqa: E702
+            r = row(); r[W * L + l], r[G * L + l] = 1.0, -self.hi[W * L + l]; le(r, 0.0)  # noqa: E702
+        for j in range(nt):  # t >= P x, t >= Q x
+            for src in (self.rows_f, self.rows_g):
+                r = row(); r[:4 * L] = src[j]; r[ot + j] = -1.0; le(r, 0.0)  # noqa: E702
+        imp = self.importance
+        for l in range(L):  # hypographs of the concave curves
+            for off, var, curves, present in ((os_, K, imp.kv_curves, l in att), (or_, W, imp.ffn_curves, l in ffn)):
+                if not present:
+                    lo[off + l] = hi[off + l] = 0.0
+                    continue
+                curve = curves[l]
+                xs = np.linspace(0.0, 1.0, len(curve))
+                for i in range(len(curve) - 1):
+                    slope = (curve[i + 1] - curve[i]) / (xs[i + 1] - xs[i])
+                    r = row(); r[off + l], r[var * L + l] = 1.0, -slope / self.at[var * L + l]  # noqa: E702
+                    le(r, curve[i] - slope * xs[i])
         parent_params = float(self.param_lin @ self.at) * (self.parent.hidden_size / self.d)
-        cons.append(self.param_lin @ x >= self.space.min_keep * parent_params)
-        exprs = {}
-        for w in self.spec.workloads:
-            for b in w.bounds:
-                name = f"{w.name}.{b.metric}"
-                if b.metric == "throughput":  # c*out/E2E >= X  <=>  E2E <= c*out/X
-                    expr, limit = self._expr(f"{w.name}.e2e", x, u, t), w.concurrency * w.output_tokens / b.value
-                else:
-                    expr, limit = self._expr(name, x, u, t), b.value
-                exprs[name] = (expr, limit)
+        r = row(); r[:4 * L] = -self.param_lin / parent_params; le(r, -self.space.min_keep)  # noqa: E702
+        # memory, per workload (units of the limit): const + W(x) + max(kv_w(x), floor) <= limit
+        bounds: dict[str, tuple[float, np.ndarray]] = {}  # name -> (normalized const, normalized row)
         for i, (wname, kv) in enumerate(self.mem_kvs):
-            e = self.mem_const + self.mem_w @ x + cp.maximum(kv @ x, self.mem_floor)
-            exprs["memory" if i == 0 else f"memory.{wname}"] = (e, self.mem_limit)
-        named = {}
-        for name, (expr, limit) in exprs.items():
-            if name.split(".")[0] == "memory" and "memory" in drop:
-                continue
-            if name in drop:
-                continue
-            named[name] = expr / limit <= 1
-        cons += list(named.values())
-        if objective == "importance":
-            obj = cp.Maximize(self.importance.expression(cp, x, L, self.parent, self.at, self.hi))
-        else:
-            keys = [k for k in exprs if k == objective or (objective == "memory" and k.startswith("memory"))]
-            if len(keys) == 1:
-                obj = cp.Minimize(exprs[keys[0]][0] / exprs[keys[0]][1])
-            else:
-                s = cp.Variable()
-                cons += [exprs[k][0] / exprs[k][1] <= s for k in keys]
-                obj = cp.Minimize(s)
-        return cp.Problem(obj, cons), x, named, exprs
+            r = row(); r[:4 * L] = kv / self.mem_limit; r[om + i] = -1.0; le(r, 0.0)  # noqa: E702
+            lo[om + i] = self.mem_floor / self.mem_limit
+            mr = row(); mr[:4 * L] = self.mem_w / self.mem_limit; mr[om + i] = 1.0  # noqa: E702
+            bounds["memory" if i == 0 else f"memory.{wname}"] = (self.mem_const / self.mem_limit, mr)
+        for name, (const, r5, limit) in self.bound_rows().items():
+            r = row(); r[:5 * L + nt] = r5 / limit  # noqa: E702
+            bounds[name] = (const / limit, r)
+        self.bound_index: dict[str, int] = {}
+        self.obj_index: dict[str, int] = {}
+        for name, (const, r) in bounds.items():  # bound <= 1
+            self.bound_index[name] = le(r, 1.0 - const)
+        for name, (const, r) in bounds.items():  # objective epigraph: bound value <= o (off: rhs BIG)
+            rr = r.copy()
+            rr[oo] = -1.0
+            self.obj_index[name] = le(rr, -const)
+        self.bound_const = {name: const for name, (const, _) in bounds.items()}
+        c = row()
+        alpha, beta = np.array(imp.alpha), np.array(imp.beta)
+        c[A * L:(A + 1) * L] = 0.5 * alpha
+        c[os_:os_ + L] = 0.5 * alpha
+        c[or_:or_ + L] = beta
+        self.c_importance = c
+        self.c_minimize = row()
+        self.c_minimize[oo] = -1.0
+        self.Gm, self.h, self.zlo, self.zhi, self.n = np.array(rows), np.array(h), lo, hi, n
 
-    def _expr(self, name, x, u, t):
-        m = self.metrics[name]
-        e = m.const + m.lin @ x + m.uw * sum_(u)
-        if m.tw and t is not None:
-            idx = np.array(sorted(m.tw))
-            e = e + np.array([m.tw[j] for j in idx]) @ t[idx]
-        return e
+    def problem(self):
+        """The compiled cvxpy problem at this hidden size (built once, DPP-parameterized)."""
+        if getattr(self, "_problem", None) is None:
+            cp = cvxpy()
+            self._assemble()
+            z = cp.Variable(self.n)
+            c, h = cp.Parameter(self.n), cp.Parameter(len(self.h))
+            lo, hi = cp.Parameter(self.n), cp.Parameter(self.n)
+            ineq = self.Gm @ z <= h
+            prob = cp.Problem(cp.Maximize(c @ z), [ineq, z >= lo, z <= hi])
+            self._problem = (prob, z, c, h, lo, hi, ineq)
+        return self._problem
 
 
-def sum_(v):
-    return v @ np.ones(v.shape[0])
+G_ = G  # kept for callers that used the old name
 
 
 @dataclass(frozen=True)
@@ -314,19 +350,69 @@ class LPResult:
     value: float
     x: np.ndarray | None
     binding: tuple[str, ...]
-    metric_values: tuple[tuple[str, float], ...]  # relaxed metric values at the solution (SI units)
+
+
+BIG = 1e9  # an "infinite" bound: far above any normalized value, small enough for HiGHS
 
 
 def solve(relax: Relaxation, objective: str = "importance", drop: frozenset = frozenset(),
-          uniform: bool = False) -> LPResult:
-    prob, x, named, exprs = relax.build(objective, drop, uniform)
+          fix: dict | None = None) -> LPResult:
+    """Solve the LP at one hidden size with cvxpy + HiGHS (Clarabel as fallback).
+
+    ``objective``: "importance" (maximize kept importance) or a bound's name (minimize its
+    normalized value; "memory" covers every workload's memory row). ``drop``: bounds left out.
+    ``fix``: variables pinned to a value (index into x -> value).
+    """
+    prob, z, c, h, lo, hi, ineq = relax.problem()
+    hv = relax.h.copy()
+    for name, i in relax.bound_index.items():
+        if name in drop or (name.startswith("memory") and "memory" in drop):
+            hv[i] = BIG
+    for name, i in relax.obj_index.items():
+        on = objective != "importance" and (name == objective or (objective == "memory" and name.startswith("memory")))
+        hv[i] = -relax.bound_const[name] if on else BIG
+    lov, hiv = relax.zlo.copy(), relax.zhi.copy()
+    for i, v in (fix or {}).items():
+        lov[i] = hiv[i] = v
+    c.value = relax.c_importance if objective == "importance" else relax.c_minimize
+    h.value, lo.value, hi.value = hv, lov, hiv
     try:
         prob.solve(solver="HIGHS")
-    except Exception:  # noqa: BLE001 - a solver failure is reported as infeasible, never a crash
+    except Exception:  # noqa: BLE001 - fall back to the interior-point solver, never crash
         prob.solve(solver="CLARABEL")
-    status = prob.status
-    if status not in ("optimal", "optimal_inaccurate"):
-        return LPResult(relax.d, status, math.nan, None, (), ())
-    binding = tuple(sorted(n for n, c in named.items() if c.dual_value is not None and abs(float(c.dual_value)) > 1e-7))
-    values = tuple((n, float(e.value) if hasattr(e, "value") else float(e)) for n, (e, _) in exprs.items())
-    return LPResult(relax.d, status, float(prob.value), np.array(x.value), binding, values)
+    if prob.status not in ("optimal", "optimal_inaccurate"):
+        return LPResult(relax.d, prob.status, math.nan, None, ())
+    duals = ineq.dual_value
+    binding = tuple(sorted(nm for nm, i in relax.bound_index.items()
+                           if nm not in drop and duals is not None and abs(duals[i]) > 1e-7))
+    value = float(prob.value) if objective == "importance" else -float(prob.value)
+    return LPResult(relax.d, prob.status, value, np.array(z.value[:4 * relax.L]), binding)
+
+
+def fix_structure(relax: Relaxation, x: np.ndarray, drop_ffn: int = 0, drop_attn: int = 0) -> dict:
+    """Pin the keep variables of an LP point to 0/1 (>= 0.5 kept), removing ``drop_*`` more of the
+    least-kept sub-blocks, with KV heads / widths pinned to 0 where removed."""
+    L, fix = relax.L, {}
+    for kind, var, extra in ((A, K, drop_attn), (G, W, drop_ffn)):
+        keep = x[kind * L:(kind + 1) * L]
+        free = [l for l in range(L) if relax.lo[kind * L + l] < relax.hi[kind * L + l]]
+        kept = sorted((l for l in free if keep[l] >= 0.5), key=lambda l: keep[l])
+        dropped = set(kept[:extra])
+        for l in free:
+            on = 1.0 if (keep[l] >= 0.5 and l not in dropped) else 0.0
+            fix[kind * L + l] = on
+            if not on:
+                fix[var * L + l] = 0.0
+    return fix
+
+
+def fix_layers(relax: Relaxation, dropped: set[int]) -> dict:
+    """Pin a whole-layer structure: ``dropped`` layers removed, every other sub-block kept."""
+    L, fix = relax.L, {}
+    for l in range(L):
+        for kind, var in ((A, K), (G, W)):
+            if relax.lo[kind * L + l] < relax.hi[kind * L + l]:
+                fix[kind * L + l] = 0.0 if l in dropped else 1.0
+                if l in dropped:
+                    fix[var * L + l] = 0.0
+    return fix

@@ -79,6 +79,7 @@ class BoundNode:
     quantity: Quantity
     span: Span
     key_span: Span
+    percentile_span: Span | None = None
 
     @property
     def key(self) -> str:

@@ -44,6 +44,18 @@ NAME_WHAT = {"hardware_name": "hardware", "engine_name": "engine", "precision_na
 METRIC_KIND = {"ttft": "time", "tpot": "time", "e2e": "time", "throughput": "rate"}
 
 
+def suggest(got: str, allowed) -> str:
+    """'did you mean X?': a swap of two neighbouring characters first (rtx-5007 -> rtx-5070,
+    which plain similarity would send to rtx-5090), then difflib's closest match."""
+    allowed = list(allowed)
+    for a in allowed:
+        if len(a) == len(got):
+            diff = [i for i in range(len(a)) if a[i] != got[i]]
+            if len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == got[diff[1]] and a[diff[1]] == got[diff[0]]:
+                return f"did you mean '{a}'?"
+    return did_you_mean(got, allowed)
+
+
 @functools.lru_cache(maxsize=None)
 def grammar_names(rule: str) -> tuple[str, ...]:
     """The literal names the grammar lists for ``rule`` (e.g. 'hardware_name'), in order."""
@@ -133,14 +145,15 @@ def _parent(p: Projection, s: ast.String, base_dir: str | None):
     if kind == "alias":
         aliases = known_aliases()
         if value not in aliases:
-            hint = did_you_mean(value, aliases) or f"built-in models: {one_of(aliases)}"
-            p.error(s.span, f"unknown model alias '{value}'",
-                    hint + "; or give a path: a local Hugging Face folder, a .gguf file or a config.json", "unknown-name")
+            hint = suggest(value, aliases)
+            p.error(s.span, f"unknown model alias '{value}': the built-in models are {one_of(aliases)}",
+                    (hint + " " if hint else "") + "Or give a path: a local Hugging Face folder, a .gguf file or a "
+                    "config.json", "unknown-name")
             p.failed.add(path)
     elif kind == "hf_dir" and not full.is_dir() or kind != "hf_dir" and not full.is_file():
-        what = {"gguf": "GGUF file", "config": "config file", "hf_dir": "model folder"}[kind]
+        what = {"gguf": "GGUF file", "config": "config file", "hf_dir": "folder"}[kind]
         p.error(s.span, f"parent model {what} not found: {value}",
-                f"paths are relative to the spec's folder ({base})", "file-not-found")
+                "paths are relative to the folder of the spec file", "file-not-found")
         p.failed.add(path)
 
 
@@ -207,7 +220,7 @@ def _bound(p: Projection, b: ast.BoundNode, path: tuple) -> dict:
     p.texts[path + ("op",)] = b.op
     out = {"metric": b.metric, "op": b.op, "percentile": None}
     if b.percentile:
-        p.spans[path + ("percentile",)] = b.key_span
+        p.spans[path + ("percentile",)] = b.percentile_span or b.key_span
         p.texts[path + ("percentile",)] = b.percentile
         out["percentile"] = float(b.percentile[1:])
     val = _convert(p, b.quantity, METRIC_KIND[b.metric], b.metric, path + ("value",))
@@ -273,10 +286,10 @@ def _name(p: Projection, rule: str, n: ast.Name, path: tuple):
     if n.text in allowed:
         return n.text
     what = NAME_WHAT[rule]
-    hint = did_you_mean(n.text, allowed)
-    if rule == "hardware_name":
-        hint = (hint + " " if hint else "") + "or describe it inline: hardware custom \"name\" { memory .. bandwidth .. compute .. }"
-    p.error(n.span, f"unknown {what} '{n.text}': expected one of {one_of(allowed)}", hint, "unknown-name")
+    hint = suggest(n.text, allowed)
+    if rule == "hardware_name" and not hint:
+        hint = "for other hardware: hardware custom \"name\" { memory 24 GiB  bandwidth 1008 GB/s  compute 165 TFLOPS }"
+    p.error(n.span, f"unknown {what} '{n.text}': expected one of {', '.join(allowed)}", hint, "unknown-name")
     p.failed.add(path)
     return None
 

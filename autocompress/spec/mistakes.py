@@ -31,7 +31,7 @@ _SETTINGS = ("hardware rtx-5080", "engine vllm", "precision bf16", "kv_cache fp8
 MISTAKES: tuple[Mistake, ...] = (
     # Generic character mistakes first: the character-only pass takes the first entry.
     Mistake("colon", "no ':' after '{prev}': a setting and its value are separated by a space",
-            "write '{prev} <value>', e.g. 'concurrency 4'",
+            "delete the ':'",
             tuple(f"target {{ {s.split()[0]}: {s.split()[1]} }}" for s in _SETTINGS)
             + ("workload w { concurrency: 4 }", "workload w { batch: 4 }", "workload w { input: 8 tokens }",
                "workload w { output: 8 tokens }", "workload w { prefix_cache: 50% }", "model: \"x\"",
@@ -70,7 +70,7 @@ MISTAKES: tuple[Mistake, ...] = (
     Mistake("missing-comma", "separate list entries with ','", "write e.g. 'axes hidden, ffn' or 'data \"a\", \"b\"'",
             ("search { axes hidden ffn }", "search { axes hidden depth }", "search { axes hidden kv_heads }",
              "search { axes hidden x }", "distill { data \"a\" \"b\" }", "evaluate { data \"a\" \"b\" }")),
-    Mistake("workload-name", "a workload needs a name: 'workload <name> {'",
+    Mistake("workload-name", "a workload needs a name: 'workload <name> {{'",
             "e.g. 'workload chat {{ ... }}'; names are identifiers like chat, npc, batch-serving",
             ("workload {", "workload { concurrency 1 }")),
     Mistake("missing-brace", "'{prev}' is a block: its settings go inside '{{ ... }}'",

@@ -19,10 +19,10 @@ import re
 from pathlib import Path
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from autocompress._resources import resource
-from autocompress.diagnostics import Diagnostic, Span, did_you_mean, one_of
+from autocompress.diagnostics import Diagnostic, Span, one_of
 from autocompress.spec import ast
 from autocompress.spec.mistakes import Key, Matcher, key_of
 
@@ -40,16 +40,22 @@ _ITEM_KEYS = {"tensor_parallel_item": "tensor_parallel", "prefix_cache_item": "p
               "seq_len_item": "seq_len", "kv_cache_item": "kv_cache"}
 
 
+def suggest(got, allowed):
+    from autocompress.spec.lower import suggest as _suggest
+
+    return _suggest(got, allowed)
+
+
 def _cache_path() -> str | bool:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     d = Path(base) / "autocompress"
     try:
         d.mkdir(parents=True, exist_ok=True)
-        probe = d / ".probe"
-        probe.touch()
-        return str(d / "acspec-lalr.cache")  # Lark checks the grammar hash inside the file
     except OSError:
         return False
+    if not os.access(d, os.W_OK):
+        return False
+    return str(d / "acspec-lalr.cache")  # Lark checks the grammar's hash inside the file
 
 
 @functools.lru_cache(maxsize=1)
@@ -169,7 +175,7 @@ class _ToAst(Transformer):
         pct = c[1].value if len(c) == 4 else None
         op, q = c[-2], c[-1]
         return ast.BoundNode(metric.value, pct, op.value, _span_tok(op), q, _span_meta(meta),
-                             _key_span(meta, metric.value))
+                             _key_span(meta, metric.value), _span_tok(c[1]) if pct else None)
 
 
 # ------------------------------------------------------------------------------------------
@@ -231,6 +237,7 @@ class _Recovery:
         self.diagnostics: list[Diagnostic] = []
         self.last_end = -1  # source offset just after the last error event
         self.reported_lines: set[int] = set()
+        self.implicit_braces: set[int] = set()  # '{' we inserted: their missing '}' is no news
 
     # -- helpers
     def _tok(self, type_: str, like: Token, value: str | None = None) -> Token:
@@ -249,6 +256,14 @@ class _Recovery:
         kind, brace, depth = None, None, 0
         for v in reversed(ip.parser_state.value_stack):
             if isinstance(v, Token):
+                if v.value == "}":
+                    depth += 1
+                    continue
+                if v.value == "{" and depth:
+                    depth -= 1
+                    continue
+                if depth:
+                    continue
                 if v.value == "{" and brace is None:
                     brace = v
                 if v.value == "custom" and kind is None and brace is not None:
@@ -278,8 +293,16 @@ class _Recovery:
         if isinstance(e, UnexpectedCharacters):
             # A skipped character is a complete repair: it does not make the next token suspect.
             silent = self._adjacent(e.pos_in_stream)
+            message = self._message_chars(e)
             if not silent:
-                self._report(e.line, e.column, e.column + 1, *self._message_chars(e))
+                self._report(e.line, e.column, e.column + 1, *message)
+            if message[2] == "yaml-block" and e.interactive_parser is not None:
+                brace = self._tok("LBRACE", Token("LBRACE", "{", e.pos_in_stream, e.line, e.column))
+                try:
+                    e.interactive_parser.feed_token(brace)
+                    self.implicit_braces.add(id(brace))
+                except UnexpectedInput:
+                    pass
             return True
         if not isinstance(e, UnexpectedToken):
             return False
@@ -295,7 +318,7 @@ class _Recovery:
         if "RBRACE" in accepts and (tok.type == "$END" or tok.value in SECTIONS) and brace is not None:
             closers = self._closers(ip, tok)
             if closers:
-                if brace.line not in self.reported_lines:
+                if brace.line not in self.reported_lines and id(brace) not in self.implicit_braces:
                     where = "the end of the file" if tok.type == "$END" else f"'{tok.value}'"
                     line, col = (brace.line, brace.column)
                     self._report(line, col, col + 1, f"missing '}}': the {kind} block opened here is not closed before {where}",
@@ -320,8 +343,11 @@ class _Recovery:
             value = tok.value.strip('"') if swap == "NAME" else f'"{tok.value}"'
             ip.feed_token(self._tok(swap, tok, value or "_"))
             return True
-        # 3. insert one missing token.
-        for t in sorted(accepts, key=lambda n: (n not in self.terms.literal, n)):
+        # 3. insert one missing token: punctuation ('<=', '{', ',') or a placeholder value, never a
+        #    keyword (that would turn a misspelt setting into the name of something else).
+        insertable = [n for n in accepts if n in ("NAME", "NUMBER", "STRING")
+                      or (n in self.terms.literal and not self.terms.literal[n][:1].isalpha())]
+        for t in sorted(insertable, key=lambda n: (n not in self.terms.literal, n)):
             trial = ip.copy()
             try:
                 trial.feed_token(self._tok(t, tok))
@@ -399,6 +425,11 @@ class _Recovery:
             return ("unmatched '}': no block is open here", "delete it, or check the block above", "stray-brace")
         expected = self.terms.expected(accepts)
         word = tok.value if tok.type != "$END" else ""
+        _, words = self.terms.describe(accepts)
+        settings = [w for w in words if w[:1].isalpha()]
+        if kind and "RBRACE" in accepts and settings and not (word in HOMES or word in SECTIONS or tok.type == "NAME"):
+            return (f"unexpected {got} in the {kind} block: expected a setting name or '}}'",
+                    f"{kind} settings: {', '.join(settings)}; each setting takes one value", "syntax")
         where = f"in the {kind} block" if kind else "at the top level"
         if tok.type == "NAME" or word in HOMES or word in SECTIONS:
             _, words = self.terms.describe(accepts)
@@ -406,15 +437,16 @@ class _Recovery:
             home = HOMES.get(word)
             if word in SECTIONS and kind:
                 pass
-            elif home and word not in words:
+            elif home and word not in words and keywords:
                 if kind in (None, "model", "output"):
-                    return (f"'{word}' is a {home} setting: it goes inside '{home} {{ ... }}'",
+                    block = f"{home} <name>" if home == "workload" else home
+                    return (f"'{word}' is a {home} setting: it goes inside '{block} {{ ... }}'",
                             "", "misplaced-setting")
                 return (f"'{word}' is not a setting of the {kind} block ({home} has it)",
                         f"{kind} settings: {one_of(keywords)}", "misplaced-setting")
             elif keywords:
                 what = "section" if kind is None else f"{kind} setting"
-                hint = did_you_mean(word, keywords)
+                hint = suggest(word, keywords)
                 return (f"unknown {what} '{word}'", hint or f"expected {expected}", "unknown-keyword")
         return (f"expected {expected}, got {got}", "", "syntax")
 

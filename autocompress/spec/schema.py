@@ -17,9 +17,9 @@ from autocompress.spec.lower import TOP, Projection
 _SETTING = {"input_tokens": "input", "output_tokens": "output", "memory_bytes": "memory",
             "bandwidth_bytes_s": "bandwidth", "flops": "compute", "fp8_flops": "fp8", "fp32_flops": "fp32"}
 _EXAMPLE = {
-    ("target", "hardware"): "hardware rtx-5080 (or: hardware custom \"name\" { ... })",
-    ("target", "engine"): "engine vllm (vllm | transformers)",
-    ("target", "precision"): "precision bf16 (fp32 | bf16 | fp16 | fp8)",
+    ("target", "hardware"): "hardware rtx-5080' (or an inline 'hardware custom \"name\" { ... }')",
+    ("target", "engine"): "engine vllm' (vllm or transformers)",
+    ("target", "precision"): "precision bf16' (fp32, bf16, fp16 or fp8)",
     ("workload", "input"): "input 512 tokens", ("workload", "output"): "output 64 tokens",
     ("custom hardware", "memory"): "memory 24 GiB", ("custom hardware", "bandwidth"): "bandwidth 1008 GB/s",
     ("custom hardware", "compute"): "compute 165 TFLOPS",
@@ -70,7 +70,7 @@ def check(p: Projection) -> list[Diagnostic]:
         if got is not None:
             message += f", got {got}"
         out.append(Diagnostic(_span(p, path), message, "", "error", "out-of-range"))
-    return out
+    return list(dict.fromkeys(out))  # 'required' errors come once per missing property
 
 
 def _required(p: Projection, path: tuple, missing: str) -> Diagnostic:
@@ -85,5 +85,7 @@ def _required(p: Projection, path: tuple, missing: str) -> Diagnostic:
                           "add e.g. target { hardware rtx-5080  engine vllm  precision bf16 }", "error", "missing")
     where = f"workload '{p.texts.get(path + ('name',), '?')}'" if block == "workload" else f"the {block} block"
     example = _EXAMPLE.get((block, setting))
-    return Diagnostic(_span(p, path), f"{where} has no '{setting}'", f"add e.g. '{example}'" if example else "",
+    if example and not example.endswith(")"):
+        example += "'"
+    return Diagnostic(_span(p, path), f"{where} has no '{setting}'", f"add e.g. '{example}" if example else "",
                       "error", "missing")

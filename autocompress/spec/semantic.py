@@ -9,7 +9,7 @@ are skipped, so the language stays usable on its own.
 from __future__ import annotations
 
 from autocompress.diagnostics import Diagnostic
-from autocompress.spec.lower import TOP, Projection, default_kv
+from autocompress.spec.lower import Projection
 from autocompress.spec.units import render
 
 NO_FP8 = {"a100-80g", "cpu"}  # fallback when the catalog is absent
@@ -76,6 +76,7 @@ def check(p: Projection) -> list[Diagnostic]:
 
     # --- workloads
     names: dict[str, int] = {}
+    spec_has_bound = "memory" in t or any(w.get("bounds") for w in d.get("workloads", []))
     any_bound = "memory" in t
     for i, w in enumerate(d.get("workloads", [])):
         path = ("workloads", i)
@@ -96,7 +97,7 @@ def check(p: Projection) -> list[Diagnostic]:
                 "add e.g. 'concurrency 1' (online serving) or 'batch 8' (offline generation)", "missing")
         bounds = w.get("bounds", [])
         any_bound = any_bound or bool(bounds)
-        if not bounds and not any(k[:3] == path + ("bounds",) for k in p.failed):
+        if not bounds and spec_has_bound and not any(k[:3] == path + ("bounds",) for k in p.failed):
             warn(sp[path], f"workload '{name}' states no bound: it will be reported but not optimised for",
                  "add e.g. 'ttft <= 200 ms' or 'throughput >= 1000 tok/s'", "no-bound")
         out_tok = w.get("output_tokens")
@@ -136,5 +137,3 @@ def check(p: Projection) -> list[Diagnostic]:
             "e.g. 'ttft <= 200 ms' in a workload, or 'memory <= 8 GiB' in target", "no-bound")
     return out
 
-
-_ = (TOP, default_kv)

@@ -71,7 +71,7 @@ def plain(text: str, what: str) -> tuple[float | int | None, UnitProblem | None]
 
 def _finite(value, what):
     if isinstance(value, float) and not math.isfinite(value):
-        return None, UnitProblem(f"{what} must be a finite number, got {value}", "", "number", "bad-number")
+        return None, UnitProblem(f"{what} is too large: the value overflows a 64-bit float", "", "number", "bad-number")
     return value, None
 
 
@@ -101,6 +101,8 @@ def convert(text: str, unit: str | None, kind: str, what: str) -> tuple[float | 
         si = si / DIVISORS[unit]
     elif units[unit] != 1.0:
         si = si * units[unit]
+    if kind in ("size", "tokens") and isinstance(si, float) and si.is_integer():
+        si = int(si)  # bytes and tokens are counts
     return _finite(si, what)
 
 

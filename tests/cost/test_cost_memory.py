@@ -2,8 +2,7 @@
 
 import math
 
-import pytest
-from _costkit import D, HD, V, attn, mamba, mlp, moe, target, tiny, workload
+from _costkit import D, attn, mamba, mlp, moe, target, tiny, workload
 
 from autocompress.catalog.engines import SchedulerLimits
 from autocompress.catalog.hardware import HARDWARE

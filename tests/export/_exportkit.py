@@ -6,7 +6,9 @@ from pathlib import Path
 
 from autocompress.ir import MLP, Architecture, Attention, Block
 
-HIDDEN, HEADS, HEAD_DIM = 64, 4, 16
+# head_dim 32, not hidden/heads = 16: vLLM's CPU attention takes head sizes 32, 64, 80, ... only, and an
+# explicit head_dim (as after hidden-size pruning) is a path worth covering anyway.
+HIDDEN, HEADS, HEAD_DIM = 64, 4, 32
 GLOBALS = {"rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": 0, "eos_token_id": 1}
 PROMPTS = ["def parse(text):\n    return", "The for statement is used to iterate over"]
 
@@ -88,6 +90,31 @@ def greedy_hf(model, tokenizer, prompts=PROMPTS, new_tokens: int = 12) -> list[l
     for p in prompts:
         ids = torch.tensor([tokenizer(p)["input_ids"]])
         with torch.no_grad():
-            gen = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+            gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False)
         out.append(gen[0, ids.shape[1]:].tolist())
     return out
+
+
+def vllm_cpu_env(root: Path, kv_gib: int = 1) -> dict[str, str]:
+    """Environment for a vLLM CPU process (facts.md, "vLLM on these CPUs"); set before vllm is imported.
+
+    * VLLM_TARGET_DEVICE=cpu: platform detection otherwise relies on the ``vllm-cpu`` distribution name
+      (``version("vllm-cpu") + "+cpu"``); a stray ``vllm`` distribution would make it pick CUDA paths.
+    * VLLM_CPU_KVCACHE_SPACE (GiB, integer): the default, 0.92 x NUMA-node memory, fails here.
+    * VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine core runs in-process; start 25 s instead of 60 s,
+      no spawn (which needs an ``if __name__ == "__main__"`` guard) and no forced kills at shutdown.
+    * VLLM_CACHE_ROOT / HF_HOME inside ``root``; HF_HUB_OFFLINE: nothing is downloaded.
+    """
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "HF_"))}
+    env.update(
+        VLLM_TARGET_DEVICE="cpu",
+        VLLM_CPU_KVCACHE_SPACE=str(kv_gib),
+        VLLM_ENABLE_V1_MULTIPROCESSING="0",
+        VLLM_CACHE_ROOT=str(root / "vllm-cache"),
+        HF_HOME=str(root / "hf"),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    return env

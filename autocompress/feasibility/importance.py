@@ -1,0 +1,126 @@
+"""What the feasibility objective maximizes: the parent's importance kept by an architecture.
+
+Two sources, one shape: per layer an attention weight alpha_l and an FFN weight beta_l, and
+concave "kept importance" curves over the share of KV heads, FFN channels and hidden channels
+kept (the cumulative sum of importances sorted in decreasing order, so keeping a prefix keeps the
+most important channels first).
+
+* **prior** (no importance file): every sub-block equally important, the first and last layers
+  doubled (``prior_importance``), and the curve phi(x) = 1 - (1 - x)^2: diminishing returns, the
+  typical shape of sorted activation-magnitude importance (Minitron's channel statistics).
+* **file** (written by ``acc build``'s importance stage, or by hand): measured curves and layer
+  scores, JSON ``{"version": 1, "layers": [{"attention": s, "ffn": s, "kv_curve": [...],
+  "ffn_curve": [...]}], "hidden_curve": [...]}``; curves are cumulative shares at evenly spaced
+  keep fractions from 0 to 1 (first 0, last 1).
+
+Curves enter the LP as piecewise-linear hypographs (concave, so maximizing is an LP; ``relax``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from autocompress.ir import MLP, Architecture, Attention, MoE
+
+SEGMENTS = 8  # pieces of each piecewise-linear curve
+
+
+def _prior_curve(n: int = SEGMENTS) -> tuple[float, ...]:
+    xs = np.linspace(0.0, 1.0, n + 1)
+    return tuple(float(v) for v in 1.0 - (1.0 - xs) ** 2)
+
+
+def _interp(curve: tuple[float, ...], frac: float) -> float:
+    xs = np.linspace(0.0, 1.0, len(curve))
+    return float(np.interp(min(max(frac, 0.0), 1.0), xs, curve))
+
+
+@dataclass(frozen=True)
+class Importance:
+    source: str  # "prior" | path of the importance file
+    alpha: tuple[float, ...]  # per layer: weight of the attention sub-block
+    beta: tuple[float, ...]  # per layer: weight of the FFN sub-block
+    kv_curves: tuple[tuple[float, ...], ...]
+    ffn_curves: tuple[tuple[float, ...], ...]
+    hidden_curve: tuple[float, ...]
+
+    # ---- numeric score (rounding, repair, reports) -------------------------------------------
+    def score(self, arch: Architecture, parent: Architecture) -> float:
+        """Importance kept, 0..1 (1 for the parent itself)."""
+        total = 0.0
+        for l, (b, p) in enumerate(zip(arch.blocks, parent.blocks)):
+            if isinstance(b.mixer, Attention) and isinstance(p.mixer, Attention):
+                total += self.alpha[l] * 0.5 * (1 + _interp(self.kv_curves[l], b.mixer.kv_heads / p.mixer.kv_heads))
+            elif b.mixer is not None and p.mixer is not None:
+                total += self.alpha[l]
+            if isinstance(b.ffn, MLP) and isinstance(p.ffn, MLP):
+                total += self.beta[l] * _interp(self.ffn_curves[l], b.ffn.width / p.ffn.width)
+            elif isinstance(b.ffn, MoE) and isinstance(p.ffn, MoE):
+                total += self.beta[l] * _interp(self.ffn_curves[l], b.ffn.experts / p.ffn.experts)
+        return self.hidden_factor(arch.hidden_size, parent.hidden_size) * total
+
+    def hidden_factor(self, d: int, d_parent: int) -> float:
+        return _interp(self.hidden_curve, d / d_parent)
+
+    def scorer(self, parent: Architecture):
+        """A fast ``score`` over the LP's x vectors (a, k, g, w per layer), for the repair loops."""
+        L = parent.num_layers
+        alpha, beta = np.array(self.alpha), np.array(self.beta)
+        kv_at = np.array([b.mixer.kv_heads if isinstance(b.mixer, Attention) else 1 for b in parent.blocks], float)
+        w_at = np.array([b.ffn.width if isinstance(b.ffn, MLP) else b.ffn.experts if isinstance(b.ffn, MoE) else 1
+                         for b in parent.blocks], float)
+        is_att = np.array([isinstance(b.mixer, Attention) for b in parent.blocks])
+        kv_c, ffn_c = np.array(self.kv_curves, float), np.array(self.ffn_curves, float)
+        xs_k, xs_f = np.linspace(0, 1, kv_c.shape[1]), np.linspace(0, 1, ffn_c.shape[1])
+
+        def interp_rows(curves, xs, frac):
+            frac = np.clip(frac, 0.0, 1.0)
+            pos = frac * (len(xs) - 1)
+            i = np.minimum(pos.astype(int), len(xs) - 2)
+            t = pos - i
+            rows = np.arange(len(frac))
+            return curves[rows, i] * (1 - t) + curves[rows, i + 1] * t
+
+        def score_x(x: np.ndarray, factor: float) -> float:
+            a, k, g, w = x[:L], x[L:2 * L], x[2 * L:3 * L], x[3 * L:]
+            attn = np.where(is_att, 0.5 * (a + a * interp_rows(kv_c, xs_k, k / kv_at)), a)
+            ffn = g * interp_rows(ffn_c, xs_f, w / w_at)
+            return factor * float(alpha @ attn + beta @ ffn)
+
+        return score_x
+
+
+def prior_importance(parent: Architecture) -> Importance:
+    """Equal weight for every attention and FFN sub-block, the first and last layers doubled.
+
+    Without measurements we assume no layer matters more than another, except the first and the
+    last: ShortGPT's block influence and Minitron's depth importance both rank them highest. A
+    parameter-proportional prior was tried first and rejected: it valued an attention sub-block at
+    a quarter of an FFN (SmolLM2) and the LP removed every attention layer but one (decisions.md).
+    """
+    L = parent.num_layers
+    w = [2.0 if l in (0, L - 1) else 1.0 for l in range(L)]
+    attn = [w[l] if b.mixer is not None else 0.0 for l, b in enumerate(parent.blocks)]
+    ffn = [w[l] if b.ffn is not None else 0.0 for l, b in enumerate(parent.blocks)]
+    total = float(sum(attn) + sum(ffn)) or 1.0
+    c = _prior_curve()
+    return Importance("prior", tuple(a / total for a in attn), tuple(f / total for f in ffn),
+                      (c,) * L, (c,) * L, c)
+
+
+def load_importance(path: str, parent: Architecture) -> Importance:
+    data = json.loads(open(path, encoding="utf-8").read())
+    layers = data["layers"]
+    if len(layers) != parent.num_layers:
+        raise ValueError(f"{path}: {len(layers)} layers, the parent has {parent.num_layers}")
+    alpha = np.array([float(x.get("attention", 0.0)) for x in layers])
+    beta = np.array([float(x.get("ffn", 0.0)) for x in layers])
+    total = float(alpha.sum() + beta.sum()) or 1.0
+    c = _prior_curve()
+    return Importance(path, tuple(alpha / total), tuple(beta / total),
+                      tuple(tuple(x.get("kv_curve", c)) for x in layers),
+                      tuple(tuple(x.get("ffn_curve", c)) for x in layers),
+                      tuple(data.get("hidden_curve", c)))

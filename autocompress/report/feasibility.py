@@ -1,0 +1,208 @@
+"""The feasibility report: built once as a plain dict, rendered as JSON or Markdown (pure functions).
+
+Every number is a prediction of the named cost-model profile; the report says so, and quotes the
+profile's measured error or states that it was never measured. Numbers are rounded to four
+significant digits so reports are deterministic across platforms (golden files pin them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from autocompress import __version__
+from autocompress.ir import MLP, Architecture, Attention, Mamba2, MoE
+
+SCHEMA_ID = "autocompress/feasibility-report/v1"
+MiB = 1 << 20
+
+
+def _r(x: float | None) -> float | None:
+    if x is None:
+        return None
+    return float(f"{x:.4g}")
+
+
+def _arch(arch: Architecture, importance: float | None = None) -> dict:
+    layers = []
+    for b in arch.blocks:
+        m, f = b.mixer, b.ffn
+        mixer = ({"kind": "attention", "kv_heads": m.kv_heads} if isinstance(m, Attention) else
+                 {"kind": "mamba2", "heads": m.heads} if isinstance(m, Mamba2) else None)
+        ffn = ({"kind": "mlp", "width": f.width} if isinstance(f, MLP) else
+               {"kind": "moe", "experts": f.experts, "expert_width": f.expert_width} if isinstance(f, MoE) else None)
+        layers.append({"mixer": mixer, "ffn": ffn})
+    out = {"hidden": arch.hidden_size, "layers": layers, "params": arch.params(),
+           "active_params": arch.active_params(), "homogeneous": arch.is_homogeneous()}
+    if importance is not None:
+        out["importance_kept"] = _r(importance)
+    return out
+
+
+def _evaluation(ev) -> dict:
+    m = ev.memory
+    return {
+        "workloads": [{"name": c.workload, "mode": c.mode, "ttft_s": _r(c.ttft_s), "tpot_s": _r(c.tpot_s),
+                       "e2e_s": _r(c.e2e_s), "throughput_tok_s": _r(c.throughput_tok_s),
+                       "decode_bound": c.decode_bound, "prefill_bound": c.prefill_bound,
+                       "cuda_graphs": c.cuda_graphs} for c in ev.workloads],
+        "checks": [{"name": c.name, "metric": c.metric, "op": c.op, "bound": _r(c.bound),
+                    "predicted": _r(c.predicted), "ok": c.ok, "ratio": _r(c.ratio)} for c in ev.checks],
+        "memory": {"weights": m.weights_bytes, "peak_activation": m.peak_activation_bytes,
+                   "non_torch": m.non_torch_bytes, "cuda_graphs": m.cuda_graph_bytes, "margin": m.margin_bytes,
+                   "kv_cache": m.kv_reserved_bytes, "total": m.total_bytes, "limit": m.limit_bytes,
+                   "context_overhead": m.context_overhead_bytes, "fits": m.fits, "message": m.message,
+                   "cpu_kv_space_gib": m.cpu_kv_space_gib},
+        "decode_floor_s": {name: _r(v) for name, v in ev.floors},
+        "ok": ev.ok,
+    }
+
+
+def build_report(spec, path: str, source: str, parent, derived, feas) -> dict:
+    """The report dict (schema ``specs/feasibility-report.schema.json``)."""
+    import hashlib
+
+    t = spec.target
+    prof = derived.profile
+    known = None
+    if prof.known_error:
+        known = {k: {"median": _r(v.median), "p95": _r(v.p95)} for k, v in prof.known_error}
+    report = {
+        "schema": SCHEMA_ID,
+        "autocompress": __version__,
+        "spec": {"path": os.path.basename(path), "sha256": hashlib.sha256(source.encode()).hexdigest()},
+        "parent": {"name": spec.parent.value, "kind": parent.kind, "description": parent.description,
+                   "config_sha256": parent.content_hash, "has_weights": parent.has_weights,
+                   "architecture": _arch(parent.architecture)},
+        "target": {"hardware": derived.device.name, "engine": t.engine, "weight_precision": t.weight_precision,
+                   "kv_precision": t.kv_precision, "tensor_parallel": t.tensor_parallel,
+                   "memory_limit_bytes": t.memory_limit_bytes},
+        "cost_model": {"profile": prof.name, "source": prof.source, "known_error": known,
+                       "kind": "predicted"},
+        "derived": [{"setting": a, "value": b, "why": c} for a, b, c in derived.rows],
+        "importance": feas.importance_source if feas.importance_source == "prior" else "file",
+        "verdict": feas.verdict,
+        "parent_costs": _evaluation(feas.parent),
+        "start": None,
+        "uniform": None,
+        "binding": list(feas.binding),
+        "hidden_sweep": [{"hidden": d, "status": st, "objective": _r(v) if v == v else None}
+                         for d, st, v in feas.lp],
+        "diagnosis": [{"bound": x.bound, "metric": x.metric, "op": x.op, "value": _r(x.value), "best": _r(x.best),
+                       "note": x.note} for x in feas.diagnosis],
+        "serve_with": {"max_num_seqs": derived.limits.max_num_seqs,
+                       "max_num_batched_tokens": derived.limits.max_num_batched_tokens} if t.engine == "vllm" else None,
+    }
+    if feas.start is not None:
+        report["start"] = {**_evaluation(feas.start.evaluation),
+                           "architecture": _arch(feas.start.evaluation.arch, feas.start.importance)}
+    if feas.uniform is not None:
+        report["uniform"] = {**_evaluation(feas.uniform.evaluation),
+                             "architecture": _arch(feas.uniform.evaluation.arch, feas.uniform.importance)}
+    return report
+
+
+def render_json(report: dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=True) + "\n"
+
+
+# ---- Markdown ------------------------------------------------------------------------------
+
+def fmt_value(metric: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if metric == "memory":
+        return f"{v / MiB:,.0f} MiB" if v < 10 * (1 << 30) else f"{v / (1 << 30):,.2f} GiB"
+    if metric == "throughput":
+        return f"{v:,.0f} tok/s"
+    return f"{v * 1e3:,.3g} ms" if v < 1 else f"{v:,.3g} s"
+
+
+def _check_cell(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    mark = "ok" if c["ok"] else f"**x{c['ratio']:.2f}**"
+    return f"{fmt_value(c['metric'], c['predicted'])} ({mark})"
+
+
+def layer_runs(arch: dict) -> list[tuple[str, str, str]]:
+    """(layers, mixer, ffn) with consecutive identical layers merged: '3-7', 'attn kv 1', 'mlp 768'."""
+    def mix(m):
+        return "removed" if m is None else f"attn kv {m['kv_heads']}" if m["kind"] == "attention" else \
+            f"mamba {m['heads']} heads"
+
+    def ffn(f):
+        return "removed" if f is None else f"mlp {f['width']}" if f["kind"] == "mlp" else \
+            f"moe {f['experts']}x{f['expert_width']}"
+    rows, start = [], 0
+    layers = arch["layers"]
+    for i in range(1, len(layers) + 1):
+        if i == len(layers) or layers[i] != layers[start]:
+            span = f"{start}" if i - 1 == start else f"{start}-{i - 1}"
+            rows.append((span, mix(layers[start]["mixer"]), ffn(layers[start]["ffn"])))
+            start = i
+    return rows
+
+
+def render_markdown(report: dict) -> str:
+    ok = report["verdict"] == "feasible"
+    t, p = report["target"], report["parent"]
+    out = [f"## autocompress check: `{report['spec']['path']}`: **{report['verdict'].upper()}**", ""]
+    limit = f", memory <= {fmt_value('memory', t['memory_limit_bytes'])}" if t["memory_limit_bytes"] else ""
+    out.append(f"- **Parent**: {p['description']}")
+    out.append(f"- **Target**: {t['hardware']}, {t['engine']}, {t['weight_precision']} weights, "
+               f"{t['kv_precision']} KV cache, tensor parallel {t['tensor_parallel']}{limit}")
+    cm = report["cost_model"]
+    err = ("never measured on this target: treat predictions as estimates" if not cm["known_error"] else
+           "measured error " + ", ".join(f"{k} median {v['median']:.1%} / p95 {v['p95']:.1%}"
+                                         for k, v in cm["known_error"].items()))
+    out.append(f"- **All numbers are predicted** by cost-model profile `{cm['profile']}` ({cm['source']}; {err}).")
+    if report.get("serve_with"):
+        sw = report["serve_with"]
+        out.append(f"- **Serve with**: `--max-num-seqs {sw['max_num_seqs']} "
+                   f"--max-num-batched-tokens {sw['max_num_batched_tokens']}` (predictions assume these)")
+    out += ["", "### Bounds", "",
+            "| bound | contract | parent | starting point | uniform baseline | binding |",
+            "|---|---|---|---|---|---|"]
+    start, uni = report.get("start"), report.get("uniform")
+    by = lambda rep, name: next((c for c in rep["checks"] if c["name"] == name), None) if rep else None  # noqa: E731
+    for c in report["parent_costs"]["checks"]:
+        bound = f"{c['op']} {fmt_value(c['metric'], c['bound'])}"
+        out.append(f"| {c['name']} | {bound} | {_check_cell(c)} | {_check_cell(by(start, c['name']))} | "
+                   f"{_check_cell(by(uni, c['name']))} | {'yes' if c['name'] in report['binding'] else ''} |")
+    if start:
+        a = start["architecture"]
+        out += ["", f"### Starting architecture: hidden {a['hidden']}, {a['params'] / 1e6:,.1f}M params "
+                    f"(parent {p['architecture']['params'] / 1e6:,.1f}M), importance kept {a['importance_kept']:.3f}",
+                "", "| layers | mixer | FFN |", "|---|---|---|"]
+        out += [f"| {s} | {m} | {f} |" for s, m, f in layer_runs(a)]
+        if uni:
+            u = uni["architecture"]
+            out += ["", f"Uniform baseline (identical sizes in every layer): hidden {u['hidden']}, "
+                        f"{u['params'] / 1e6:,.1f}M params, importance kept {u['importance_kept']:.3f}."]
+        else:
+            out += ["", "Uniform baseline: **no uniform architecture meets this contract**; only a heterogeneous "
+                        "one does."]
+    floors = report["parent_costs"]["decode_floor_s"]
+    out += ["", "### Decode floor (bytes that must move / bandwidth, parent)", ""]
+    out += [f"- {w}: {fmt_value('tpot', v)} per decode step" for w, v in floors.items()]
+    mem = (start or report["parent_costs"])["memory"]
+    which = "starting point" if start else "parent"
+    out += ["", f"### Memory ({which}, engine accounting)", "", "| term | bytes |", "|---|---|"]
+    for k in ("weights", "peak_activation", "non_torch", "cuda_graphs", "margin", "kv_cache", "total", "limit"):
+        out.append(f"| {k} | {fmt_value('memory', mem[k])} |")
+    if mem["message"]:
+        out += ["", f"> {mem['message']}"]
+    if not ok:
+        out += ["", "### What would make it feasible", ""]
+        for d in report["diagnosis"]:
+            if d["best"] is None:
+                out.append(f"- `{d['bound']}`: {d['note']}.")
+            else:
+                out.append(f"- `{d['bound']}` {d['op']} {fmt_value(d['metric'], d['value'])}: best reachable "
+                           f"with every other bound kept is **{fmt_value(d['metric'], d['best'])}** "
+                           f"(continuous relaxation; {d['note']}).")
+    out += ["", "<details><summary>Derived settings</summary>", "", "| setting | value | why |", "|---|---|---|"]
+    out += [f"| {r['setting']} | {r['value']} | {r['why']} |" for r in report["derived"]]
+    out += ["", "</details>", ""]
+    return "\n".join(out)

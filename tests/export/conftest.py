@@ -1,0 +1,26 @@
+"""Fixtures for the export tests. They need torch + transformers (the full environment)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import _exportkit as kit  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory):
+    return kit.build_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def hetero_checkpoint(tmp_path_factory, tokenizer_dir):
+    """(folder, reference model) of the heterogeneous tiny DeciLM, exported once per session."""
+    from autocompress.export import decilm_config_from_architecture, export_decilm
+
+    cfg = decilm_config_from_architecture(kit.hetero_arch(vocab=512), **kit.GLOBALS)
+    model = kit.random_decilm(cfg)
+    out = export_decilm(tmp_path_factory.mktemp("ckpt") / "hetero", cfg, model.state_dict(), tokenizer_dir)
+    return out, model

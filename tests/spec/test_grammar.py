@@ -1,0 +1,84 @@
+"""The grammar file is the reference: its literal names match the model's tables and the catalog;
+the table of known mistakes is live; the parser is built once and cached."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from autocompress._resources import resource
+from autocompress.spec import model
+from autocompress.spec.lower import grammar_names
+from autocompress.spec.mistakes import MISTAKES
+from autocompress.spec.parser import _matcher, parse_ast
+from autocompress.spec.units import KINDS
+
+HARDWARE = ("rtx-5070", "rtx-5080", "rtx-5090", "rtx-4090", "l4", "l40s", "a100-80g", "h100-sxm", "h100-pcie",
+            "h200", "b200", "gb200", "cpu")
+
+
+def literal_alternatives(rule: str) -> tuple[str, ...]:
+    """The quoted literals of a rule, read from the grammar file's text (not through Lark)."""
+    text = resource("grammar/acspec.lark").read_text()
+    m = re.search(rf"^!?{rule}:(.*?)(?=^\S|\Z)", text, re.S | re.M)
+    assert m, rule
+    body = re.sub(r"//[^\n]*", "", m.group(1))
+    return tuple(re.findall(r'"([^"]+)"', body))
+
+
+@pytest.mark.parametrize("rule, expected", [
+    ("hardware_name", HARDWARE), ("engine_name", model.ENGINES), ("precision_name", model.PRECISIONS),
+    ("strategy_name", model.STRATEGIES), ("axis_name", model.AXES), ("metric", model.METRICS),
+])
+def test_grammar_names_match_tables(rule, expected):
+    assert literal_alternatives(rule) == tuple(expected)
+    assert grammar_names(rule) == tuple(expected)  # what the checker uses at run time
+
+
+def test_grammar_units_match_units_module():
+    assert set(literal_alternatives("unit")) == {u for _, units in KINDS.values() for u in units}
+
+
+def test_grammar_hardware_matches_catalog():
+    hardware = pytest.importorskip("autocompress.catalog.hardware")
+    assert set(grammar_names("hardware_name")) == set(hardware.HARDWARE)
+
+
+def test_mistakes_table_examples_all_fail():
+    assert _matcher().problems == []
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.code for m in MISTAKES])
+def test_mistakes_table_each_example_gets_its_message(mistake):
+    for example in mistake.examples:
+        file, diags = parse_ast(example)
+        assert file is None and diags, example
+        assert diags[0].code == mistake.code, (example, diags[0])
+
+
+def test_several_syntax_errors_reported_at_once():
+    src = 'model "smollm2-135m"\ntarget {\n  hardware: rtx-5080\n  engine = vllm\n  precision "bf16"\n}\n' \
+          'workload w {\n  concurency 1\n  input 8 tokens\n  output 8 tokens\n  ttft < 1 s\n}\n'
+    _, diags = parse_ast(src)
+    assert [(d.span.line, d.code) for d in diags] == [(3, "colon"), (4, "equals"), (5, "quoted-name"),
+                                                      (8, "unknown-keyword"), (11, "strict-less")]
+
+
+def test_keyword_did_you_mean():
+    _, diags = parse_ast("workload w { concurency 1 }")
+    assert diags[0].hint == "did you mean 'concurrency'?"
+    _, diags = parse_ast('modle "x"')
+    assert diags[0].hint == "did you mean 'model'?"
+
+
+def test_check_starts_fast():
+    """A fresh interpreter parses and checks a spec in well under the 2 s budget of 'acc check'."""
+    code = ("import time; t = time.perf_counter(); from autocompress.spec import load_spec; "
+            "load_spec('tests/spec/valid/npc_rich.acspec'); print(time.perf_counter() - t)")
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, capture_output=True)  # warms the cache
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, capture_output=True, text=True)
+    assert float(out.stdout) < 1.5, out.stdout
