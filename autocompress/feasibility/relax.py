@@ -55,8 +55,7 @@ class Relaxation:
         self.arch = parent.with_blocks(parent.blocks, hidden_size=d)
         self.L = parent.num_layers
         self.nb = Numerics.from_target(spec.target)
-        self.rows_f: list[np.ndarray] = []  # epigraph rows: t_j >= P_j @ x and t_j >= Q_j @ x
-        self.rows_g: list[np.ndarray] = []
+        self.ep: list[tuple] = []  # epigraph rows (keep idx, var idx, P_keep, P_var, Q_keep, Q_var)
         self._bounds()
         self.metrics: dict[str, Metric] = {}
         for w in spec.workloads:
@@ -102,6 +101,7 @@ class Relaxation:
 
         Mirrors ``cost.latency.step_cost``: ``graph`` False (eager), True (full CUDA graph) or
         "piecewise" (graph launches except the attention core; per-layer overhead stays).
+        Identical blocks share one op table and are placed for all their layers at once.
         """
         L, k = self.L, self.profile.kernel
 
@@ -112,42 +112,61 @@ class Relaxation:
             for op in model_ops(self.arch, p, self.nb))
         lin = np.zeros(4 * L)
         tws: dict = {}
-        tables: dict = {}  # identical blocks have identical op tables (most parents are uniform)
-        for l in range(L):
-            blk = self.arch.blocks[l]
-            if blk not in tables:
-                tables[blk] = block_op_table(self.arch, l, p, self.device, self.profile, self.nb)
-            table = tables[blk]
+        groups: dict = {}
+        for l, blk in enumerate(self.arch.blocks):
+            groups.setdefault(blk, []).append(l)
+        for blk, layers in groups.items():
+            S = np.array(layers)
+            table = block_op_table(self.arch, layers[0], p, self.device, self.profile, self.nb)
             for row in table.rows:
                 keep, var = (A, K) if row.part == "mixer" else (G, W)
                 sl_f, sl_b = dict(row.dflops), dict(row.dbytes)
                 vname = next((v for v in sl_f if v in ("kv_heads", "ffn_width", "experts")), None)
-                f = np.zeros(4 * L)
-                bvec = np.zeros(4 * L)
-                df, db = (sl_f.get(vname, 0.0), sl_b.get(vname, 0.0)) if vname else (0.0, 0.0)
-                at = self.at[var * L + l] if vname else 0.0
-                if self.lo[keep * L + l] == self.hi[keep * L + l] == 1 and not vname:
-                    const_f, const_b = row.op.flops, row.op.bytes  # frozen sub-block (Mamba)
-                    cs, ms = self._scales(row.op.cls)
-                    const += max(cs * const_f, ms * const_b) + row.op.launches * launch_of(row.op.cls)
-                    continue
-                f[keep * L + l], f[var * L + l] = row.op.flops - df * at, df
-                bvec[keep * L + l], bvec[var * L + l] = row.op.bytes - db * at, db
                 cs, ms = self._scales(row.op.cls)
-                P, Q = cs * f, ms * bvec
-                lin[keep * L + l] += row.op.launches * launch_of(row.op.cls)
-                # dominance over the box corners of (keep, var): (0,0), (1,lo..hi)
-                corners = [(1.0, self.lo[var * L + l] if vname else 0.0), (1.0, self.hi[var * L + l] if vname else 0.0)]
-                diffs = [(P - Q)[keep * L + l] * c0 + (P - Q)[var * L + l] * c1 for c0, c1 in corners]
-                if min(diffs) >= 0:
-                    lin += P
-                elif max(diffs) <= 0:
-                    lin += Q
-                else:
-                    self.rows_f.append(P)
-                    self.rows_g.append(Q)
-                    tws[len(self.rows_f) - 1] = tws.get(len(self.rows_f) - 1, 0.0) + 1.0
+                launch = row.op.launches * launch_of(row.op.cls)
+                if not vname and (self.lo[keep * L + S] == 1).all():  # frozen sub-block (Mamba mixer)
+                    const += len(S) * (max(cs * row.op.flops, ms * row.op.bytes) + launch)
+                    continue
+                df, db = (sl_f.get(vname, 0.0), sl_b.get(vname, 0.0)) if vname else (0.0, 0.0)
+                at = self.at[var * L + S] if vname else np.zeros(len(S))
+                pk, pv = cs * (row.op.flops - df * at), np.full(len(S), cs * df)  # compute side, per layer
+                qk, qv = ms * (row.op.bytes - db * at), np.full(len(S), ms * db)  # memory side
+                lin[keep * L + S] += launch
+                # dominance over the box corners (keep = 1, var = lo or hi): the sign of an affine
+                # difference over a box is decided at its corners
+                lo_v = self.lo[var * L + S] if vname else 0.0
+                hi_v = self.hi[var * L + S] if vname else 0.0
+                d_lo, d_hi = (pk - qk) + (pv - qv) * lo_v, (pk - qk) + (pv - qv) * hi_v
+                comp = (d_lo >= 0) & (d_hi >= 0)
+                mem = (d_lo <= 0) & (d_hi <= 0) & ~comp
+                mixed = ~(comp | mem)
+                np.add.at(lin, keep * L + S, np.where(comp, pk, np.where(mem, qk, 0.0)))
+                if vname:
+                    np.add.at(lin, var * L + S, np.where(comp, pv, np.where(mem, qv, 0.0)))
+                for i in np.nonzero(mixed)[0]:
+                    j = len(self.ep)
+                    self.ep.append((keep * L + S[i], var * L + S[i], pk[i], pv[i] if vname else 0.0,
+                                    qk[i], qv[i] if vname else 0.0))
+                    tws[j] = tws.get(j, 0.0) + 1.0
         return const, lin, tws, (0.0 if graph is True else k.layer_overhead_s)
+
+    @property
+    def nt(self) -> int:
+        return len(self.ep)
+
+    def epigraph_matrices(self):
+        """Sparse P, Q (nt x 4L): row j of the epigraph is t_j >= P_j x and t_j >= Q_j x."""
+        from scipy import sparse
+
+        nt, n = len(self.ep), 4 * self.L
+        if not nt:
+            return sparse.csr_matrix((0, n)), sparse.csr_matrix((0, n))
+        e = np.array(self.ep)
+        rows = np.repeat(np.arange(nt), 2)
+        cols = e[:, :2].astype(int).ravel()
+        P = sparse.csr_matrix((e[:, 2:4].ravel(), (rows, cols)), shape=(nt, n))
+        Q = sparse.csr_matrix((e[:, 4:6].ravel(), (rows, cols)), shape=(nt, n))
+        return P, Q
 
     def _add(self, acc: list, step, weight: float) -> None:
         """acc = [const, lin, epigraph weights, layer-overhead weight] += weight * step."""
@@ -226,7 +245,7 @@ class Relaxation:
     # ---- problem assembly -------------------------------------------------------------------
     def bound_rows(self) -> dict[str, tuple[float, np.ndarray, float]]:
         """name -> (const, row over x/u/t, limit) for each bound of the contract (memory apart)."""
-        L, nt = self.L, len(self.rows_f)
+        L, nt = self.L, self.nt
         out = {}
         for w in self.spec.workloads:
             for b in w.bounds:
@@ -252,7 +271,7 @@ class Relaxation:
         """
         from scipy import sparse  # loaded with cvxpy
 
-        L, nt, nw = self.L, len(self.rows_f), len(self.mem_kvs)
+        L, nt, nw = self.L, self.nt, len(self.mem_kvs)
         ou, ot = 4 * L, 5 * L
         os_, or_ = ot + nt, ot + nt + L
         om = or_ + L
@@ -295,9 +314,9 @@ class Relaxation:
             step = min(self.space.ffn_step, self.hi[W * L + l]) if isinstance(f, MLP) else f.top_k
             le([(G * L + l, step), (W * L + l, -1.0)], 0.0)
             le([(W * L + l, 1.0), (G * L + l, -self.hi[W * L + l])], 0.0)
-        for j in range(nt):  # t >= P x, t >= Q x
-            for src in (self.rows_f, self.rows_g):
-                le(dense(src[j]) + [(ot + j, -1.0)], 0.0)
+        for j, (ik, iv, pk, pv, qk, qv) in enumerate(self.ep):  # t >= P x, t >= Q x
+            le([(ik, pk), (iv, pv), (ot + j, -1.0)], 0.0)
+            le([(ik, qk), (iv, qv), (ot + j, -1.0)], 0.0)
         imp = self.importance
         for l in range(L):  # hypographs of the concave curves
             for off, var, curves, present in ((os_, K, imp.kv_curves, l in att), (or_, W, imp.ffn_curves, l in ffn)):

@@ -79,10 +79,9 @@ def _numeric(relax: Relaxation) -> dict:
     if not cache:
         from scipy import sparse  # already loaded by cvxpy; epigraph rows have two nonzeros each
 
-        L, nt = relax.L, len(relax.rows_f)
+        L, nt = relax.L, relax.nt
         rows = relax.bound_rows()
-        cache["P"] = sparse.csr_matrix(np.array(relax.rows_f).reshape(nt, 4 * L))
-        cache["Q"] = sparse.csr_matrix(np.array(relax.rows_g).reshape(nt, 4 * L))
+        cache["P"], cache["Q"] = relax.epigraph_matrices()
         cache["names"] = list(rows) + ["memory"]
         cache["R"] = sparse.csr_matrix(np.array([r / lim for _, r, lim in rows.values()]).reshape(len(rows), 5 * L + nt))
         cache["c"] = np.array([c / lim for c, _, lim in rows.values()])

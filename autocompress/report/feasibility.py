@@ -89,7 +89,7 @@ def build_report(spec, path: str, source: str, parent, derived, feas) -> dict:
         "hidden_sweep": [{"hidden": d, "status": st, "objective": _r(v) if v == v else None}
                          for d, st, v in feas.lp],
         "diagnosis": [{"bound": x.bound, "metric": x.metric, "op": x.op, "value": _r(x.value), "best": _r(x.best),
-                       "note": x.note} for x in feas.diagnosis],
+                       "note": x.note, "basis": x.basis} for x in feas.diagnosis],
         "serve_with": {"max_num_seqs": derived.limits.max_num_seqs,
                        "max_num_batched_tokens": derived.limits.max_num_batched_tokens} if t.engine == "vllm" else None,
     }
@@ -199,9 +199,10 @@ def render_markdown(report: dict) -> str:
             if d["best"] is None:
                 out.append(f"- `{d['bound']}`: {d['note']}.")
             else:
-                out.append(f"- `{d['bound']}` {d['op']} {fmt_value(d['metric'], d['value'])}: best reachable "
-                           f"with every other bound kept is **{fmt_value(d['metric'], d['best'])}** "
-                           f"(continuous relaxation; {d['note']}).")
+                basis = "with every other bound kept" if d["basis"] == "others kept" else "with every other bound dropped"
+                out.append(f"- `{d['bound']}` {d['op']} {fmt_value(d['metric'], d['value'])}: the best reachable "
+                           f"{basis} is **{fmt_value(d['metric'], d['best'])}** "
+                           f"(continuous relaxation, a lower bound; {d['note']}).")
     out += ["", "<details><summary>Derived settings</summary>", "", "| setting | value | why |", "|---|---|---|"]
     out += [f"| {r['setting']} | {r['value']} | {r['why']} |" for r in report["derived"]]
     out += ["", "</details>", ""]

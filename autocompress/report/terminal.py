@@ -53,5 +53,6 @@ def print_feasibility(console, report: dict) -> None:
         if d["best"] is None:
             console.print(f"[red]- {d['bound']}[/]: {d['note']}")
         else:
+            basis = "the other bounds kept" if d["basis"] == "others kept" else "every other bound dropped"
             console.print(f"[red]- {d['bound']}[/] {d['op']} {fmt_value(d['metric'], d['value'])}: best reachable "
-                          f"with the other bounds kept: [bold]{fmt_value(d['metric'], d['best'])}[/] ({d['note']})")
+                          f"with {basis}: [bold]{fmt_value(d['metric'], d['best'])}[/] ({d['note']})")
