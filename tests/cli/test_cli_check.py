@@ -1,0 +1,240 @@
+"""``acc check`` and ``acc fmt``: exit codes, formats, --out, the cache (in-process via cli.main)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from _clikit import FEASIBLE, INFEASIBLE, REPO, cache_dir, copy_example  # noqa: F401 - cache_dir is a fixture
+
+from autocompress import cli
+from autocompress.check import run_check
+
+BROKEN = """model "smollm2-135m"
+target {
+  hardware  rtx-5080
+  engine    vllm
+  precision bf16
+}
+workload npc {
+  concurrency 1
+  input 512 tokens
+  output 64 tokens
+  ttft <= 15 ms
+
+search { steps 10 }
+"""
+
+
+def _run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---- exit codes --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def _module_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("acc-cache-shared")
+
+
+@pytest.fixture
+def shared_cache(_module_cache, monkeypatch):
+    """One cache for the tests that only read outputs: each example is checked once per module."""
+    monkeypatch.setenv("ACC_CACHE_DIR", str(_module_cache))
+    monkeypatch.delenv("ACC_DEBUG", raising=False)
+    return _module_cache
+
+
+def test_exit_0_for_feasible_json(capsys, cache_dir):
+    code, out, err = _run(capsys, "check", str(FEASIBLE), "--no-cache", "--format", "json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["verdict"] == "feasible" and report["spec"]["path"] == FEASIBLE.name
+    assert "Traceback" not in err
+
+
+def test_exit_1_for_infeasible_markdown(capsys, shared_cache):
+    code, out, err = _run(capsys, "check", str(INFEASIBLE), "--format", "md")
+    assert code == 1
+    assert out.startswith(f"## autocompress check: `{INFEASIBLE.name}`: **INFEASIBLE**")
+    assert "### What would make it feasible" in out
+    assert "Traceback" not in err
+
+
+def test_exit_2_for_broken_spec_with_location(capsys, cache_dir, tmp_path):
+    spec = tmp_path / "broken.acspec"
+    spec.write_text(BROKEN)
+    code, out, err = _run(capsys, "check", str(spec))
+    assert code == 2 and out == ""
+    assert f"{spec}:7:14: error: missing '}}'" in err
+    assert "1 error in" in err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def test_exit_2_for_missing_file(capsys, cache_dir, tmp_path):
+    missing = tmp_path / "nope.acspec"
+    code, out, err = _run(capsys, "check", str(missing))
+    assert code == 2
+    assert str(missing) in err and "no such file" in err and "Traceback" not in err
+
+
+def test_exit_2_for_bad_arguments(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["check", str(FEASIBLE), "--format", "yaml"])
+    assert exc.value.code == 2
+    assert cli.main([]) == 2
+
+
+def test_exit_3_for_internal_error(capsys, cache_dir, monkeypatch):
+    import autocompress.check
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr(autocompress.check, "run_check", boom)
+    code, out, err = _run(capsys, "check", str(FEASIBLE), "--no-cache")
+    assert code == 3
+    assert "internal error: ZeroDivisionError: simulated bug" in err
+    assert "please report it" in err and "ACC_DEBUG=1" in err
+    assert "Traceback" not in err
+
+
+def test_exit_3_deep_in_the_pipeline(capsys, cache_dir, monkeypatch):
+    """A bug inside a stage (not only at the top) is caught the same way."""
+    import autocompress.feasibility
+
+    def boom(*a, **k):
+        raise KeyError("lost")
+
+    monkeypatch.setattr(autocompress.feasibility, "assess", boom)
+    code, _, err = _run(capsys, "check", str(FEASIBLE), "--no-cache", "--format", "json")
+    assert code == 3 and "internal error: KeyError" in err and "Traceback" not in err
+
+
+def test_acc_debug_reraises(cache_dir, monkeypatch):
+    import autocompress.check
+
+    monkeypatch.setattr(autocompress.check, "run_check", lambda *a, **k: 1 / 0)
+    monkeypatch.setenv("ACC_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["check", str(FEASIBLE)])
+
+
+def test_real_process_broken_spec(tmp_path):
+    """One real subprocess: the console script's exit code and clean stderr."""
+    spec = tmp_path / "broken.acspec"
+    spec.write_text(BROKEN)
+    env = {**os.environ, "ACC_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("ACC_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-m", "autocompress.cli", "check", str(spec)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"{spec}:7:14:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---- formats and --out -------------------------------------------------------------------------
+
+def test_text_format_is_the_default(capsys, shared_cache):
+    code, out, err = _run(capsys, "check", str(INFEASIBLE))
+    assert code == 1 and "infeasible" in out.lower() and "Traceback" not in err
+
+
+def test_out_file_json(capsys, shared_cache, tmp_path):
+    target = tmp_path / "reports" / "check.json"  # the folder does not exist yet
+    code, out, err = _run(capsys, "check", str(INFEASIBLE), "--format", "json", "--out", str(target))
+    assert code == 1 and out == ""
+    assert f"wrote {target} (infeasible)" in err
+    assert json.loads(target.read_text())["verdict"] == "infeasible"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["check.json"]  # no temporary left
+
+
+def test_out_file_text_means_markdown(capsys, shared_cache, tmp_path):
+    target = tmp_path / "check.md"
+    code, _, _ = _run(capsys, "check", str(INFEASIBLE), "--out", str(target))
+    assert code == 1 and target.read_text().startswith("## autocompress check:")
+
+
+def test_out_file_is_written_atomically(capsys, shared_cache, tmp_path, monkeypatch):
+    """A write that fails at the rename leaves the previous file whole and no temporary behind."""
+    import autocompress.cache
+
+    target = tmp_path / "check.json"
+    target.write_text("previous\n")
+    _run(capsys, "check", str(INFEASIBLE), "--format", "json")  # warm the cache: the failure is in the write
+
+    def failing_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(autocompress.cache.os, "replace", failing_replace)
+    code, _, err = _run(capsys, "check", str(INFEASIBLE), "--format", "json", "--out", str(target))
+    assert code != 0 and "Traceback" not in err
+    assert target.read_text() == "previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["check.json"]
+
+
+# ---- the cache ---------------------------------------------------------------------------------
+
+def test_second_run_is_cached_and_identical(cache_dir, tmp_path):
+    spec = copy_example(INFEASIBLE, tmp_path)
+    first = run_check(str(spec))
+    second = run_check(str(spec))
+    assert not first.cached and second.cached
+    assert second.report == first.report and second.exit_code == first.exit_code == 1
+    assert any(cache_dir.rglob("*")), "nothing was written under ACC_CACHE_DIR"
+    assert not run_check(str(spec), use_cache=False).cached  # --no-cache recomputes
+
+
+def test_modified_spec_is_recomputed(cache_dir, tmp_path):
+    spec = copy_example(INFEASIBLE, tmp_path)
+    first = run_check(str(spec))
+    assert first.report["verdict"] == "infeasible"
+    text = spec.read_text().replace("tpot <= 0.5 ms", "tpot <= 5 ms").replace("ttft <= 4 ms", "ttft <= 40 ms") \
+        .replace("memory    <= 600 MiB", "memory    <= 2 GiB")
+    spec.write_text(text)
+    second = run_check(str(spec))
+    assert not second.cached
+    assert second.report["verdict"] == "feasible" and second.exit_code == 0
+    assert second.report["spec"]["sha256"] != first.report["spec"]["sha256"]
+    assert run_check(str(spec)).cached
+
+
+def test_cached_answer_renders_like_a_fresh_one(capsys, cache_dir, tmp_path):
+    spec = copy_example(INFEASIBLE, tmp_path)
+    code1, fresh, _ = _run(capsys, "check", str(spec), "--format", "md")
+    code2, cached, _ = _run(capsys, "check", str(spec), "--format", "md")
+    assert code1 == code2 == 1 and fresh == cached
+    assert run_check(str(spec)).cached
+
+
+# ---- acc fmt -----------------------------------------------------------------------------------
+
+def test_fmt_prints_canonical_and_check_accepts_it(capsys, tmp_path):
+    code, canonical, err = _run(capsys, "fmt", str(FEASIBLE))
+    assert code == 0 and canonical.startswith('model "smollm2-135m"')
+    spec = tmp_path / "canon.acspec"
+    spec.write_text(canonical)
+    assert _run(capsys, "fmt", str(spec), "--check")[0] == 0
+    assert _run(capsys, "fmt", str(spec))[1] == canonical  # idempotent
+
+
+def test_fmt_check_rejects_non_canonical_and_write_fixes(capsys, tmp_path):
+    spec = copy_example(FEASIBLE, tmp_path)
+    original = spec.read_text()
+    code, out, err = _run(capsys, "fmt", str(spec), "--check")
+    assert code == 1 and "not in canonical form" in err and out == ""
+    assert spec.read_text() == original  # --check never writes
+    assert _run(capsys, "fmt", str(spec), "--write")[0] == 0
+    assert _run(capsys, "fmt", str(spec), "--check")[0] == 0
+    assert _run(capsys, "check", str(spec), "--no-cache", "--format", "json")[0] == 0  # same meaning
+
+
+def test_fmt_broken_spec_exit_2(capsys, tmp_path):
+    spec = tmp_path / "broken.acspec"
+    spec.write_text(BROKEN)
+    code, out, err = _run(capsys, "fmt", str(spec), "--check")
+    assert code == 2 and ":7:14:" in err and "Traceback" not in err

@@ -1,0 +1,88 @@
+"""Every example checks clean with its expected verdict; the SmolLM2 build examples need pruning."""
+
+from __future__ import annotations
+
+import pytest
+from _reportkit import EXAMPLES, INFEASIBLE, SMOLLM2_BUILDS, example_params, example_result
+
+from autocompress.report.feasibility import layer_runs
+
+
+def test_examples_are_all_listed():
+    names = {p.stem for p in EXAMPLES}
+    assert INFEASIBLE <= names and set(SMOLLM2_BUILDS) <= names
+    assert len(names) >= 7
+
+
+@pytest.mark.parametrize("name", example_params())
+def test_example_checks_clean_with_expected_verdict(name):
+    report, warnings = example_result(name)  # a SpecError would raise here
+    assert not warnings, warnings
+    expected = "infeasible" if name in INFEASIBLE else "feasible"
+    assert report["verdict"] == expected
+    if expected == "feasible":
+        start = report["start"]
+        assert start["ok"] and all(c["ok"] and c["ratio"] <= 1.0 for c in start["checks"])
+        assert [c["name"] for c in start["checks"]] == [c["name"] for c in report["parent_costs"]["checks"]]
+        assert 0 < start["architecture"]["importance_kept"] <= 1.0
+        assert start["architecture"]["params"] <= report["parent"]["architecture"]["params"]
+        assert set(report["binding"]) <= {c["name"] for c in start["checks"]}
+        assert len(start["architecture"]["layers"]) == len(report["parent"]["architecture"]["layers"])
+        assert layer_runs(start["architecture"])  # renders
+    else:
+        assert report["start"] is None and report["diagnosis"]
+        assert not report["parent_costs"]["ok"]
+    if report["uniform"] is not None:
+        assert report["uniform"]["ok"] and report["uniform"]["architecture"]["homogeneous"] in (True, False)
+
+
+UNIFORM_BEATS_START = pytest.mark.xfail(strict=True, reason=(
+    "BUG feasibility._best_candidate: llama70b-h100-32k's starting point keeps importance 0.9507 while the "
+    "uniform baseline keeps 0.9536 at the same hidden size 7168 (uniform: every layer kv 8 / mlp 21504, with "
+    "MORE slack on every bound; start: kv 4 in layers 58-78). The uniform candidate is a legal point of the "
+    "heterogeneous space, so the start (the importance maximizer) should never keep less than it; assess "
+    "could at least fall back to the uniform candidate when it scores higher."))
+
+
+def _uniform_params():
+    out = []
+    for p in example_params():
+        name = p if isinstance(p, str) else p.values[0]
+        if name == "llama70b-h100-32k":
+            out.append(pytest.param(name, marks=[pytest.mark.slow, UNIFORM_BEATS_START]))
+        else:
+            out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("name", _uniform_params())
+def test_start_keeps_at_least_the_uniform_importance(name):
+    """The uniform baseline is a point of the heterogeneous space: the start must score at least as well."""
+    report, _ = example_result(name)
+    if report["uniform"] is None:
+        pytest.skip("no uniform baseline meets this contract")
+    u, s = report["uniform"]["architecture"], report["start"]["architecture"]
+    assert s["importance_kept"] >= u["importance_kept"] - 1e-4, (s["importance_kept"], u["importance_kept"])
+
+
+@pytest.mark.parametrize("name", SMOLLM2_BUILDS)
+def test_smollm2_examples_need_real_pruning(name):
+    """The parent misses at least one bound by >= 1.3x; the starting point meets them all."""
+    report, _ = example_result(name)
+    assert report["parent"]["architecture"]["hidden"] == 576
+    parent_worst = max(c["ratio"] for c in report["parent_costs"]["checks"])
+    assert parent_worst >= 1.3, [(c["name"], c["ratio"]) for c in report["parent_costs"]["checks"]]
+    assert report["start"]["ok"]
+    assert all(c["ok"] for c in report["start"]["checks"])
+
+
+def test_infeasible_example_diagnosis():
+    report, _ = example_result("npc-5070-infeasible")
+    diag = {d["bound"]: d for d in report["diagnosis"]}
+    assert set(diag) == {c["name"] for c in report["parent_costs"]["checks"]}
+    tpot = diag["npc.tpot"]  # the bound below the engine's per-step overhead
+    assert tpot["best"] is None or tpot["best"] > tpot["value"]
+    for d in diag.values():
+        if d["best"] is not None:
+            ok = d["best"] >= d["value"] if d["op"] == ">=" else d["best"] <= d["value"]
+            assert ("out of reach" in d["note"]) == (not ok)
