@@ -15,15 +15,16 @@ from dataclasses import dataclass
 
 from autocompress.feasibility.evaluate import Evaluation, evaluate
 from autocompress.feasibility.importance import Importance
-from autocompress.feasibility.relax import LPResult, Relaxation, fix_layers, fix_structure, solve
-from autocompress.feasibility.rounding import exact_check, round_repair_fill
-from autocompress.feasibility.uniform import DEPTH_SHARES, drop_order, uniform_search
+from autocompress.feasibility.relax import LPResult, Relaxation, drop_least_kept, fix_layers, fix_structure, solve
+from autocompress.feasibility.rounding import arch_to_x, exact_check, round_repair_fill
+from autocompress.feasibility.uniform import drop_order, uniform_search
 from autocompress.space import SearchSpace
 
-BINDING_SLACK = 0.05
+BINDING_SLACK = 0.05  # an exact-check bound within 5% of its limit is reported as binding
 STRUCTURE_TRIES = (0, 2, 8)  # extra FFN sub-blocks removed from the LP's rounded structure
 TOP_HIDDEN = 2  # hidden sizes (best LP objectives first) whose points are rounded
-EXACT_TRIES = 4  # candidates (most important first) the exact cost model judges  # an exact-check bound within 5% of its limit is reported as binding
+EXACT_TRIES = 4  # candidates (most important first) the exact cost model judges
+STRUCTURE_DEPTH_SHARES = (0.125, 0.25, 0.5, 0.75)  # whole-layer structures tried (min_keep still holds)
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,15 @@ def _structures(relax: Relaxation, x) -> list[dict]:
     out = [fix_structure(relax, x, drop_ffn=k) for k in STRUCTURE_TRIES]
     if relax.space.allows("depth"):
         order = drop_order(relax)
-        out += [fix_layers(relax, set(order[:round(share * relax.L)])) for share in DEPTH_SHARES[1:]]
+        out += [fix_layers(relax, set(order[:round(share * relax.L)])) for share in STRUCTURE_DEPTH_SHARES]
     return out
 
 
-def _best_candidate(relaxes, results, profile, device, importance, limits) -> Candidate | None:
+def _best_candidate(relaxes, results, profile, device, importance, limits, seed=None) -> Candidate | None:
     """Round, repair and fill the best LP points under the numeric model; the exact cost model
-    then judges the candidates, most important first, and the first it accepts wins."""
+    then judges the candidates, most important first, and the first it accepts wins. ``seed``
+    (hidden, x): the uniform baseline, a legal point of this space too, filled like the others,
+    so the start never keeps less importance than the baseline."""
     order = sorted((r for r in results if r.x is not None),
                    key=lambda r: -r.value * importance.hidden_factor(r.d, relaxes[r.d].parent.hidden_size))
     fixed_points = []
@@ -80,20 +83,31 @@ def _best_candidate(relaxes, results, profile, device, importance, limits) -> Ca
         relax = relaxes[r.d]
         tried = set()
         for fix in _structures(relax, r.x):
-            key = tuple(sorted(fix.items()))
-            if key in tried:
-                continue
-            tried.add(key)
             # Keep decisions pinned, widths re-optimized: the LP is loose on the fixed per-sub-block
-            # costs (launches, per-layer overhead) when a keep variable is fractional.
-            fixed = solve(relax, fix=fix)
-            if fixed.x is not None:
-                bound = fixed.value * importance.hidden_factor(r.d, relax.parent.hidden_size)
-                fixed_points.append((bound, r.d, r.value, fixed.x))
+            # costs (launches, per-layer overhead) when a keep variable is fractional. A pinned
+            # structure that is infeasible loses its least-kept sub-block until it is feasible.
+            for _ in range(2 * relax.L):
+                key = tuple(sorted(fix.items()))
+                if key in tried:
+                    break
+                tried.add(key)
+                fixed = solve(relax, fix=fix)
+                if fixed.x is not None:
+                    bound = fixed.value * importance.hidden_factor(r.d, relax.parent.hidden_size)
+                    fixed_points.append((bound, r.d, r.value, fixed.x))
+                    break
+                fix = drop_least_kept(relax, r.x, fix)
+                if fix is None:
+                    break
     # Branch and bound: a pinned LP's objective bounds what rounding can reach, so structures are
     # rounded best bound first and the rest skipped once one candidate beats their bound.
     fixed_points.sort(key=lambda c: -c[0])
     pool = []
+    if seed is not None:
+        d, x_seed = seed
+        x, moves, score = round_repair_fill(relaxes[d], x_seed)
+        if score is not None:
+            pool.append((score, d, math.nan, x, moves))
     for bound, d, value, x_lp in fixed_points:
         if pool and bound <= max(c[0] for c in pool):
             break
@@ -164,12 +178,13 @@ def assess(spec, parent_arch, profile, device, space: SearchSpace, importance: I
     relaxes = {d: Relaxation(parent_arch, d, spec, profile, device, space, importance, limits)
                for d in space.hidden_grid}
     results: list[LPResult] = [solve(r) for r in relaxes.values()]
-    start = _best_candidate(relaxes, results, profile, device, importance, limits)
-    uniform = None
+    uniform, seed = None, None
     found = uniform_search(relaxes, profile, device, limits)
     if found is not None:
         arch, ev, score, d = found
         uniform = Candidate(ev, score, d, math.nan, 0)
+        seed = (d, arch_to_x(relaxes[d], arch))
+    start = _best_candidate(relaxes, results, profile, device, importance, limits, seed)
     binding: tuple[str, ...] = ()
     if start is not None:
         binding = tuple(c.name for c in start.evaluation.checks if c.slack < BINDING_SLACK)

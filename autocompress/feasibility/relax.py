@@ -407,10 +407,17 @@ def solve(relax: Relaxation, objective: str = "importance", drop: frozenset = fr
         lov[i] = hiv[i] = v
     c.value = relax.c_importance if objective == "importance" else relax.c_minimize
     h.value, lo.value, hi.value = hv, lov, hiv
-    try:
-        prob.solve(solver="HIGHS")
-    except Exception:  # noqa: BLE001 - fall back to the interior-point solver, never crash
-        prob.solve(solver="CLARABEL")
+    status = None
+    for solver in ("HIGHS", "CLARABEL"):  # HiGHS first; the interior-point solver as fallback
+        try:
+            prob.solve(solver=solver)
+            status = prob.status
+        except Exception:  # noqa: BLE001 - a solver failure is "no answer", never a crash
+            status = "solver_error"
+        if status in ("optimal", "optimal_inaccurate", "infeasible"):
+            break
+    if status not in ("optimal", "optimal_inaccurate"):
+        return LPResult(relax.d, status, math.nan, None, ())
     if prob.status not in ("optimal", "optimal_inaccurate"):
         return LPResult(relax.d, prob.status, math.nan, None, ())
     duals = ineq.dual_value
@@ -447,3 +454,21 @@ def fix_layers(relax: Relaxation, dropped: set[int]) -> dict:
                 if l in dropped:
                     fix[var * L + l] = 0.0
     return fix
+
+
+def drop_least_kept(relax: Relaxation, x: np.ndarray, fix: dict) -> dict | None:
+    """One more sub-block removed from a pinned structure: the kept one the LP kept least
+    (ties: the later layer). None when nothing removable is left."""
+    L = relax.L
+    cands = []
+    for kind, var in ((A, K), (G, W)):
+        for l in range(L):
+            i = kind * L + l
+            if fix.get(i) == 1.0 and relax.lo[i] < 1:
+                cands.append((x[i], -l, i, var * L + l))
+    if not cands:
+        return None
+    _, _, i, v = min(cands)
+    out = dict(fix)
+    out[i], out[v] = 0.0, 0.0
+    return out

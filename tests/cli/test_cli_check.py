@@ -238,3 +238,44 @@ def test_fmt_broken_spec_exit_2(capsys, tmp_path):
     spec.write_text(BROKEN)
     code, out, err = _run(capsys, "fmt", str(spec), "--check")
     assert code == 2 and ":7:14:" in err and "Traceback" not in err
+
+
+# ---- regressions, end to end: bugs found by these tests and fixed ----------------------------
+
+TINY_CONFIG = """{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+ "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 64, "vocab_size": 4096, "tie_word_embeddings": true, "max_position_embeddings": 2048,
+ "hidden_act": "silu", "torch_dtype": "bfloat16"}
+"""
+TINY_SPEC = """model "config.json"
+target {{
+  hardware  {hw}
+  engine    vllm
+  precision bf16
+}}
+workload chat {{
+  concurrency 1
+  input  512 tokens
+  output 64 tokens
+  tpot <= {tpot} ms
+}}
+"""
+
+
+def _tiny(tmp_path, hw, tpot):
+    (tmp_path / "config.json").write_text(TINY_CONFIG)
+    spec = tmp_path / "tiny.acspec"
+    spec.write_text(TINY_SPEC.format(hw=hw, tpot=tpot))
+    return spec
+
+
+def test_tiny_parent_solver_failure_is_not_internal_error(capsys, cache_dir, tmp_path):
+    code, _, err = _run(capsys, "check", str(_tiny(tmp_path, "rtx-5070", "0.5817")), "--no-cache", "--format", "json")
+    assert code in (0, 1) and "internal error" not in err, err
+
+
+def test_tiny_parent_looser_bound_stays_feasible(capsys, cache_dir, tmp_path):
+    tighter = _run(capsys, "check", str(_tiny(tmp_path, "h100-sxm", "0.545")), "--no-cache", "--format", "json")
+    assert tighter[0] == 0
+    looser = _run(capsys, "check", str(_tiny(tmp_path, "h100-sxm", "0.55")), "--no-cache", "--format", "json")
+    assert looser[0] == 0

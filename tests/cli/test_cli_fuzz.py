@@ -6,6 +6,7 @@ rendered location), never a traceback or an internal error (exit 3).
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -54,7 +55,11 @@ def mutated(draw) -> bytes:
     return data
 
 
-@settings(max_examples=30, deadline=None, derandomize=True,
+# ACC_FUZZ_EXAMPLES=500 for a longer, randomized hunt; by default 30 fixed examples (about 20 s).
+EXAMPLES_N = int(os.environ.get("ACC_FUZZ_EXAMPLES", "30"))
+
+
+@settings(max_examples=EXAMPLES_N, deadline=None, derandomize="ACC_FUZZ_EXAMPLES" not in os.environ,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=mutated())
 def test_check_never_crashes(data, capsys, monkeypatch):

@@ -16,10 +16,6 @@ from autocompress.feasibility.evaluate import evaluate
 from autocompress.ir import Block
 
 
-def _layout(arch):
-    return [(b.mixer and b.mixer.kv_heads, b.ffn and b.ffn.width) for b in arch.blocks]
-
-
 # ---- a contract the parent already meets ------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -62,6 +58,15 @@ def test_start_is_a_legal_point_of_the_space(easy):
             assert b.ffn.width % sp.ffn_step == 0 and 0 < b.ffn.width <= 1024
     nonemb = lambda a: a.params() - a.embedding_params()  # noqa: E731
     assert nonemb(arch) >= sp.min_keep * nonemb(s.arch) * (arch.hidden_size / s.arch.hidden_size) - 1
+
+
+def test_uniform_baseline_is_uniform_and_not_better(easy):
+    s, feas = easy
+    assert feas.uniform is not None and feas.uniform.evaluation.ok
+    kept = {b for b in feas.uniform.evaluation.arch.blocks if b.mixer is not None or b.ffn is not None}
+    assert len(kept) == 1  # identical sizes in every kept layer (whole layers may be dropped)
+    # the uniform candidate is a point of the heterogeneous space: the start keeps at least as much
+    assert feas.start.importance >= feas.uniform.importance - 1e-9
 
 
 def test_lp_sweep_covers_the_hidden_grid(easy):
@@ -192,23 +197,14 @@ def test_diagnosis_note_matches_best(memory_floor, out_of_reach):
             assert ("out of reach" in d.note) == (not _meets(d)), d
 
 
-# ---- bugs found (xfail strict: they flip to XPASS, i.e. fail, once fixed) ---------------------
+# ---- regressions: bugs found by these tests and fixed ---------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=SolverError, reason=(
-    "BUG relax.solve: when HiGHS returns status UNKNOWN cvxpy raises, the Clarabel fallback raises "
-    "SolverError too and it escapes assess() (the 'never crash' fallback has no second except); "
-    "`acc check` then exits 3 'internal error'. Tiny 6-layer parent, rtx-5070, tpot <= 0.5817 ms."))
 def test_solver_failure_does_not_escape_assess():
     s = setup(spec_for(serve(tpot=0.5817 * ms), hardware="rtx-5070"), tiny_arch(6))
     feas = s.assess(diagnose=False)
     assert feas.verdict in ("feasible", "infeasible")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "BUG assess verdict not monotone: tiny 6-layer parent on h100-sxm, tpot <= 0.55 ms is reported "
-    "INFEASIBLE (diagnosis: the only bound is 'within reach', best 0.53 ms) although the starting "
-    "point found for the stricter tpot <= 0.545 ms (layers 0 and 5 full, 1-4 identity; 0.541 ms) "
-    "passes the exact check at 0.55 ms. Rounding/repair misses it; a false 'infeasible' exits 1."))
 def test_verdict_monotone_in_bound(hetero):
     s, feas = hetero
     looser = setup(spec_for(serve(tpot=0.55 * ms), hardware="h100-sxm"), tiny_arch(6))

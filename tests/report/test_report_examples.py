@@ -36,26 +36,7 @@ def test_example_checks_clean_with_expected_verdict(name):
         assert report["uniform"]["ok"] and report["uniform"]["architecture"]["homogeneous"] in (True, False)
 
 
-UNIFORM_BEATS_START = pytest.mark.xfail(strict=True, reason=(
-    "BUG feasibility._best_candidate: llama70b-h100-32k's starting point keeps importance 0.9507 while the "
-    "uniform baseline keeps 0.9536 at the same hidden size 7168 (uniform: every layer kv 8 / mlp 21504, with "
-    "MORE slack on every bound; start: kv 4 in layers 58-78). The uniform candidate is a legal point of the "
-    "heterogeneous space, so the start (the importance maximizer) should never keep less than it; assess "
-    "could at least fall back to the uniform candidate when it scores higher."))
-
-
-def _uniform_params():
-    out = []
-    for p in example_params():
-        name = p if isinstance(p, str) else p.values[0]
-        if name == "llama70b-h100-32k":
-            out.append(pytest.param(name, marks=[pytest.mark.slow, UNIFORM_BEATS_START]))
-        else:
-            out.append(p)
-    return out
-
-
-@pytest.mark.parametrize("name", _uniform_params())
+@pytest.mark.parametrize("name", example_params())
 def test_start_keeps_at_least_the_uniform_importance(name):
     """The uniform baseline is a point of the heterogeneous space: the start must score at least as well."""
     report, _ = example_result(name)
