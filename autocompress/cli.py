@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", metavar="FILE", help="write the md/json report to FILE (atomically) instead of stdout")
     c.add_argument("--no-cache", action="store_true", help="recompute even if an identical check is cached")
 
+    b = sub.add_parser("build", help="compress the parent to meet the contract and export the model (needs torch)")
+    b.add_argument("spec", help="path of the .acspec file")
+    b.add_argument("--work", metavar="DIR", help="stage cache folder (default: next to the output, .<output>.acc)")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+
     f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
     f.add_argument("spec")
     g = f.add_mutually_exclusive_group()
@@ -102,7 +107,25 @@ def _cmd_fmt(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"check": _cmd_check, "fmt": _cmd_fmt}
+def _cmd_build(args) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.stderr.write("acc build needs torch and transformers: install them with scripts/install-full.sh\n")
+        return EXIT_INVALID
+    from autocompress.build import BuildError, run_build
+
+    console = _console(stderr=True)
+    try:
+        result = run_build(args.spec, args.work, log=lambda m: console.print(m, markup=False), progress=not args.quiet)
+    except BuildError as err:
+        sys.stderr.write(f"{args.spec}: {err}\n")
+        return err.exit_code
+    sys.stdout.write(f"built {result.output}\n")
+    return EXIT_OK
+
+
+COMMANDS = {"check": _cmd_check, "build": _cmd_build, "fmt": _cmd_fmt}
 
 
 def main(argv: list[str] | None = None) -> int:

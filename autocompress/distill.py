@@ -120,7 +120,7 @@ def distill(
     result = DistillResult(losses=[], steps=0, tokens=0, seconds=0.0)
     ckpt = _latest(Path(ckpt_dir)) if ckpt_dir else None
     if ckpt is not None:
-        _load(ckpt, student, opt, result)
+        _load(ckpt, student, opt, result, cfg)
         result.resumed_from = result.steps
     else:  # the checkpoint carries the generator's state; a fresh run starts it from the seed
         torch.manual_seed(cfg.seed)
@@ -221,6 +221,7 @@ def _save(ckpt_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, re
             "seconds": result.seconds,
             "losses": result.losses,
             "lrs": result.lrs,
+            "data_position": result.steps * cfg.grad_accum * cfg.batch,  # samples drawn (see batch_rows)
             "param_groups": groups,
             "config": asdict(cfg),
         }
@@ -236,12 +237,21 @@ def _save(ckpt_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, re
     return final
 
 
-def _load(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, result: DistillResult) -> None:
+# Settings that may change between a run and its resumption: they do not alter the trajectory.
+_RESUMABLE_CHANGES = frozenset({"ckpt_every", "keep_ckpts"})
+
+
+def _load(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, result: DistillResult, cfg: DistillConfig) -> None:
     from safetensors.torch import load_file, load_model
 
     state = json.loads((ckpt / "state.json").read_text())
     if state.get("version") != CKPT_VERSION:
         raise ValueError(f"{ckpt}: checkpoint version, allowed {CKPT_VERSION}, got {state.get('version')}")
+    saved, now = state["config"], json.loads(json.dumps(asdict(cfg)))
+    changed = sorted(k for k in now if k not in _RESUMABLE_CHANGES and saved.get(k) != now[k])
+    if changed:  # resuming would silently follow another schedule / data order
+        diff = ", ".join(f"{k}: checkpoint {saved.get(k)!r}, now {now[k]!r}" for k in changed)
+        raise ValueError(f"{ckpt}: cannot resume with a different configuration ({diff}); use a new ckpt_dir")
     load_model(model, str(ckpt / "model.safetensors"))
     tensors = load_file(ckpt / "optimizer.safetensors")
     per_param: dict[int, dict[str, torch.Tensor]] = {}

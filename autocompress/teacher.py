@@ -52,8 +52,8 @@ def topk_of(logits: torch.Tensor, k: int = DEFAULT_K) -> TopK:
 
 def logits_of(model: Callable, input_ids: torch.Tensor) -> torch.Tensor:
     """Logits from a plain callable (ids -> logits) or a transformers-style model (ids -> output.logits)."""
-    if hasattr(model, "config"):  # a transformers PreTrainedModel: no KV cache for full-sequence passes
-        out = model(input_ids=input_ids, use_cache=False)
+    if any(c.__name__ == "PreTrainedModel" for c in type(model).__mro__):  # transformers, not imported here
+        out = model(input_ids=input_ids, use_cache=False)  # no KV cache for full-sequence passes
     else:
         out = model(input_ids)
     return out.logits if hasattr(out, "logits") else out

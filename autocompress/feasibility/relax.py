@@ -20,6 +20,7 @@ piecewise-linear curves (``feasibility.importance``). A_l = (a_l + psi(k_l/KV_l)
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -410,7 +411,9 @@ def solve(relax: Relaxation, objective: str = "importance", drop: frozenset = fr
     status = None
     for solver in ("HIGHS", "CLARABEL"):  # HiGHS first; the interior-point solver as fallback
         try:
-            prob.solve(solver=solver)
+            with warnings.catch_warnings():  # "optimal_inaccurate" is judged below, not printed
+                warnings.simplefilter("ignore")
+                prob.solve(solver=solver)
             status = prob.status
         except Exception:  # noqa: BLE001 - a solver failure is "no answer", never a crash
             status = "solver_error"

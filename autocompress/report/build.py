@@ -1,0 +1,95 @@
+"""The build report: what was built, its predicted costs against the bounds, and quality retained.
+
+Written next to the exported model as ``autocompress-report.md`` / ``.json`` plus
+``architecture.png`` (per-layer heatmap). Costs are predictions of the named profile (``acc
+verify`` measures them where the hardware is present); quality numbers are measured here, on
+held-out data, and say on how many tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autocompress import __version__
+from autocompress.cache import atomic_write_text
+from autocompress.feasibility.evaluate import evaluate
+from autocompress.report.feasibility import _arch, _evaluation, fmt_value, layer_runs
+from autocompress.report.heatmap import write_heatmap
+
+SCHEMA_ID = "autocompress/build-report/v1"
+
+
+def _shares(arch, parent) -> list[tuple[float | None, float | None]]:
+    out = []
+    for b, p in zip(arch.blocks, parent.blocks):
+        a = (b.attention.kv_heads / p.attention.kv_heads if b.attention else 0.0) if p.attention else None
+        f = (b.ffn.width / p.ffn.width if b.ffn is not None else 0.0) if p.ffn is not None else None
+        out.append((a, f))
+    return out
+
+
+def write_build_report(out: Path, spec, spec_path, check_report, chosen, arch, parent, derived, settings, quality,
+                       distill, timings, total_seconds, baseline: dict | None = None) -> dict:
+    ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)
+    report = {
+        "schema": SCHEMA_ID,
+        "autocompress": __version__,
+        "spec": Path(spec_path).name,
+        "output": str(out),
+        "strategy": settings.strategy,
+        "how": chosen.get("how"),
+        "architecture": _arch(arch, chosen["architecture"].get("importance_kept")),
+        "parent_architecture": _arch(parent.architecture),
+        "predicted": {**_evaluation(ev), "profile": derived.profile.name, "profile_source": derived.profile.source},
+        "quality": quality,
+        "baseline": baseline,
+        "distill": distill,
+        "settings": [{"setting": a, "value": b, "why": c} for a, b, c in settings.rows],
+        "timings_s": {k: round(v, 1) for k, v in timings.items()},
+        "total_s": round(total_seconds, 1),
+        "feasibility_verdict": check_report["verdict"],
+    }
+    write_heatmap(out / "architecture.png", _shares(arch, parent.architecture))
+    atomic_write_text(out / "autocompress-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(out / "autocompress-report.md", render_build_markdown(report))
+    return report
+
+
+def render_build_markdown(r: dict) -> str:
+    a, p = r["architecture"], r["parent_architecture"]
+    out = [f"## autocompress build: `{r['spec']}` ({r['strategy']})", "",
+           f"- **Model**: `{r['output']}` ({r['distill'].get('format', '?')} format), hidden {a['hidden']}, "
+           f"{a['params'] / 1e6:,.1f}M params (parent {p['params'] / 1e6:,.1f}M); {r['how']}",
+           f"- **Costs are predicted** by profile `{r['predicted']['profile']}` ({r['predicted']['profile_source']}); "
+           "`acc verify` measures them where the target is present.", "",
+           "### Bounds (predicted)", "", "| bound | contract | predicted | ok |", "|---|---|---|---|"]
+    for c in r["predicted"]["checks"]:
+        out.append(f"| {c['name']} | {c['op']} {fmt_value(c['metric'], c['bound'])} | "
+                   f"{fmt_value(c['metric'], c['predicted'])} | {'yes' if c['ok'] else '**no**'} |")
+    out += ["", "### Quality retained (measured on held-out data)", "",
+            "| data | tokens | parent ppl | student ppl | KL(parent‖student) | top-1 agreement |",
+            "|---|---|---|---|---|---|"]
+    q = r["quality"]
+    for kind, s in q["student"].items():
+        pp = q["parent"][kind]["ppl"]
+        kl = f"{s['kl']:.4f}" if s["kl"] is not None else "-"
+        t1 = f"{s['top1']:.1%}" if s["top1"] is not None else "-"
+        out.append(f"| {kind} | {s['tokens']:,} | {pp:.2f} | {s['ppl']:.2f} | {kl} | {t1} |")
+    if r.get("baseline"):
+        b = r["baseline"]
+        out += ["", f"Uniform baseline (same importance, cost model, bounds and distillation budget): "
+                    f"{b['architecture']['params'] / 1e6:,.1f}M params"]
+        for kind, s in b["quality"]["student"].items():
+            out.append(f"- {kind}: ppl {s['ppl']:.2f}, KL {s['kl']:.4f}, top-1 {s['top1']:.1%}")
+    out += ["", "### Architecture (per layer; `architecture.png` is the same as a heatmap)", "",
+            "| layers | mixer | FFN |", "|---|---|---|"]
+    out += [f"| {s} | {m} | {f} |" for s, m, f in layer_runs(a)]
+    d = r["distill"]
+    out += ["", f"Distillation: {d.get('steps')} steps, {d.get('tokens'):,} tokens, {d.get('seconds')} s "
+                f"(loss {d.get('first_loss'):.4f} -> {d.get('last_loss'):.4f})" if d.get("first_loss") is not None else "",
+            "", "### Stage wall times", ""]
+    out += [f"- {k}: {v} s" for k, v in r["timings_s"].items()] + [f"- total: {r['total_s']} s", ""]
+    out += ["<details><summary>Derived build settings</summary>", "", "| setting | value | why |", "|---|---|---|"]
+    out += [f"| {x['setting']} | {x['value']} | {x['why']} |" for x in r["settings"]] + ["", "</details>", ""]
+    return "\n".join(out)

@@ -1,0 +1,255 @@
+"""The weight-sharing supernet: the parent's weights permuted by importance, and a masked forward.
+
+**Permutation** (``permute``): FFN channels, KV groups (with their query heads) and hidden channels are
+sorted by decreasing importance (``autocompress.importance``) and the weights permuted consistently, so the
+permuted parent computes exactly the same function (tested) and every candidate keeps a *prefix*:
+
+* FFN width w: intermediate channels [0, w);
+* hidden width d': residual channels [0, d');
+* k KV heads: query heads stay (the IR keeps them global); KV heads are merged by mean-pooling. Query
+  head h of a k-head layer reads pooled KV head h // (H/k), whose K/V weights are the mean, over the
+  query heads of its group, of the parent KV head each of them used (``pool_matrix``); when k divides K
+  this is the plain mean of K/k adjacent (in importance order) parent groups (Minitron).
+
+**Choices** (``Choices``): probability vectors, soft (differentiable search) or one-hot (hard), laid out
+exactly like the search's ``Router.probs`` and ``feasibility.tables.Options``:
+
+* ``hidden`` (G,): over ``space.hidden_grid`` (descending, the parent's size first);
+* ``attn`` (L, A): per layer over ``options.attn[l]`` = (0 = removed, kv choice, ..., the parent's kv);
+* ``ffn`` (L, F): per layer over ``options.ffn[l]`` = (0 = removed, width, ..., the parent's width).
+  Columns beyond a layer's option count (padding) must be 0; a layer without that sub-block ignores its row.
+
+**Masked forward** (``Supernet.forward``), through ``nn.llama.forward``'s ``Masks``:
+
+* FFN: the full intermediate is computed once and multiplied by c = sum_o p_o [channel < w_o]; the output
+  is linear in c, so this *is* the p-weighted mixture of the option FFNs (removed: c = 0).
+* attention: Q, K, V are projected once; per KV option the keys / values are pooled (cheap einsum) and
+  one SDPA runs; the head outputs are mixed with the option weights before the (linear) o_proj.
+  Options whose weight is exactly 0 are skipped unless the weights need gradients.
+* hidden: the residual stream is multiplied by m = sum_g p_g [channel < d_g] and RMSNorm divides by the
+  expected count n = sum_g p_g d_g. For one-hot p this is exactly the model of width d_g (and equals the
+  extracted student, ``autocompress.extract``); for soft p it is a relaxation (not the mixture of the
+  width options, which would need one forward each): smooth in p and exact at the vertices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from autocompress.importance import ImportanceStats
+from autocompress.ir import MLP, Architecture, Attention, Block
+from autocompress.nn.llama import AttnOption, LlamaConfig, Masks, forward, param_name
+
+
+# ---- permutation --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Permutation:
+    """New index j holds old index ``order[j]`` (decreasing importance)."""
+
+    hidden: torch.Tensor  # (d,)
+    kv: tuple[torch.Tensor | None, ...]  # per layer (K_l,)
+    ffn: tuple[torch.Tensor | None, ...]  # per layer (I_l,)
+
+
+def _desc(scores: torch.Tensor) -> torch.Tensor:
+    return torch.sort(scores, descending=True, stable=True).indices
+
+
+def permutation_from(stats: ImportanceStats) -> Permutation:
+    return Permutation(_desc(stats.hidden_channels),
+                       tuple(None if s is None else _desc(s) for s in stats.kv_groups),
+                       tuple(None if s is None else _desc(s) for s in stats.ffn_channels))
+
+
+def _head_rows(order: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Row indices of whole heads taken in ``order``."""
+    return (order[:, None] * head_dim + torch.arange(head_dim)[None, :]).reshape(-1)
+
+
+def apply_permutation(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, perm: Permutation
+                      ) -> dict[str, torch.Tensor]:
+    """The parent's weights with channels / groups reordered; same function (RMSNorm is permutation-
+    invariant over channels, attention over whole GQA groups with their query heads)."""
+    p = perm.hidden
+    out: dict[str, torch.Tensor] = {}
+    out["model.embed_tokens.weight"] = params["model.embed_tokens.weight"][:, p]
+    out["model.norm.weight"] = params["model.norm.weight"][p]
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = params["lm_head.weight"][:, p]
+    H, hd = cfg.num_heads, cfg.head_dim
+    for i in range(cfg.num_layers):
+        K = cfg.kv_heads[i]
+        if K is not None:
+            g = perm.kv[i]
+            r = H // K  # query heads per group move with their group
+            q_heads = (g[:, None] * r + torch.arange(r)[None, :]).reshape(-1)
+            q_rows, kv_rows = _head_rows(q_heads, hd), _head_rows(g, hd)
+            out[param_name(i, "input_layernorm")] = params[param_name(i, "input_layernorm")][p]
+            out[param_name(i, "self_attn.q_proj")] = params[param_name(i, "self_attn.q_proj")][q_rows][:, p]
+            for n in ("k_proj", "v_proj"):
+                out[param_name(i, f"self_attn.{n}")] = params[param_name(i, f"self_attn.{n}")][kv_rows][:, p]
+            out[param_name(i, "self_attn.o_proj")] = params[param_name(i, "self_attn.o_proj")][p][:, q_rows]
+        if cfg.ffn_widths[i] is not None:
+            f = perm.ffn[i]
+            out[param_name(i, "post_attention_layernorm")] = params[param_name(i, "post_attention_layernorm")][p]
+            for n in ("gate_proj", "up_proj"):
+                out[param_name(i, f"mlp.{n}")] = params[param_name(i, f"mlp.{n}")][f][:, p]
+            out[param_name(i, "mlp.down_proj")] = params[param_name(i, "mlp.down_proj")][p][:, f]
+    missing = set(params) - set(out)
+    if missing:
+        raise ValueError(f"unexpected parameters (biases?) not permuted: {sorted(missing)[:5]}")
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def permute(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, stats: ImportanceStats
+            ) -> tuple[dict[str, torch.Tensor], Permutation]:
+    perm = permutation_from(stats)
+    return apply_permutation(params, cfg, perm), perm
+
+
+def pool_matrix(q_heads: int, kv_from: int, kv_to: int) -> torch.Tensor:
+    """(kv_to, kv_from): new KV head j = mean over its query heads h (h // (H/kv_to) == j) of the parent
+    KV head that h used (h // (H/kv_from)). Identity when kv_to == kv_from."""
+    if q_heads % kv_from or q_heads % kv_to:
+        raise ValueError(f"KV heads {kv_from} -> {kv_to} must divide {q_heads} query heads")
+    h = torch.arange(q_heads)
+    P = torch.zeros(kv_to, kv_from)
+    P.index_put_((h // (q_heads // kv_to), h // (q_heads // kv_from)), torch.ones(q_heads), accumulate=True)
+    return P / (q_heads // kv_to)
+
+
+# ---- options and choices --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerOptions:
+    """Per layer, index 0 = removed (as ``feasibility.tables.Options``); () where the parent has none."""
+
+    attn: tuple[tuple[int, ...], ...]
+    ffn: tuple[tuple[int, ...], ...]
+
+
+def options_for_space(cfg: LlamaConfig, space: Any) -> LayerOptions:
+    """The same per-layer options as ``feasibility.tables.options_for`` (which also needs the relaxation)."""
+    attn, ffn = [], []
+    for K, W in zip(cfg.kv_heads, cfg.ffn_widths):
+        attn.append(() if K is None else (0,) + tuple(k for k in sorted(space.kv_choices or (K,)) if k <= K))
+        if W is None:
+            ffn.append(())
+            continue
+        step = min(space.ffn_step, W)
+        widths = tuple(range(step, W + 1, step)) if space.allows("ffn") else (W,)
+        if widths[-1] != W:
+            widths += (W,)
+        ffn.append((0,) + widths)
+    return LayerOptions(tuple(attn), tuple(ffn))
+
+
+@dataclass(frozen=True)
+class Choices:
+    """Probability vectors over the options (module docstring); one-hot for a discrete architecture."""
+
+    hidden: torch.Tensor  # (G,)
+    attn: torch.Tensor  # (L, A)
+    ffn: torch.Tensor  # (L, F)
+
+    @classmethod
+    def of(cls, choices: "Choices | Sequence[torch.Tensor]") -> "Choices":
+        return choices if isinstance(choices, Choices) else cls(*choices)
+
+
+class Supernet:
+    """``Supernet(permuted_params, cfg, space)``; ``forward(input_ids, choices) -> logits``.
+
+    The parameters are the parent's (permuted) and are never trained here; gradients flow to the
+    choice probabilities only (the caller leaves ``requires_grad`` off on the parameters).
+    """
+
+    def __init__(self, params: Mapping[str, torch.Tensor], cfg: LlamaConfig, space: Any,
+                 options: Any | None = None):
+        self.params, self.cfg = dict(params), cfg
+        self.hidden_grid = tuple(space.hidden_grid)
+        if max(self.hidden_grid) > cfg.hidden_size:
+            raise ValueError(f"hidden grid {self.hidden_grid} exceeds the parent's {cfg.hidden_size}")
+        opts = options if options is not None else options_for_space(cfg, space)
+        self.options = LayerOptions(tuple(map(tuple, opts.attn)), tuple(map(tuple, opts.ffn)))
+        d = cfg.hidden_size
+        self._hid_ind = (torch.arange(d)[None, :] < torch.tensor(self.hidden_grid)[:, None]).float()
+        self._hid_n = torch.tensor(self.hidden_grid, dtype=torch.float32)
+        self._ffn_ind = [None if not o else (torch.arange(W)[None, :] < torch.tensor(o)[:, None]).float()
+                         for o, W in zip(self.options.ffn, cfg.ffn_widths)]
+        self._pools = [
+            None if not o else [None if k == K else pool_matrix(cfg.num_heads, K, k) for k in o[1:]]
+            for o, K in zip(self.options.attn, cfg.kv_heads)
+        ]
+
+    @property
+    def num_layers(self) -> int:
+        return self.cfg.num_layers
+
+    # ---- choices <-> architectures --------------------------------------------------------------------
+    def indices_of(self, arch: Architecture) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        """(hidden index, attention option per layer, FFN option per layer) of a discrete architecture."""
+        if arch.num_layers != self.num_layers:
+            raise ValueError(f"{arch.num_layers} blocks, the parent has {self.num_layers}")
+        h = self.hidden_grid.index(arch.hidden_size)
+        ca, cf = [], []
+        for l, b in enumerate(arch.blocks):
+            ca.append(0 if b.attention is None else self.options.attn[l].index(b.attention.kv_heads))
+            cf.append(0 if b.ffn is None else self.options.ffn[l].index(b.ffn.width))
+        return h, tuple(ca), tuple(cf)
+
+    def one_hot(self, arch_or_indices: Architecture | tuple) -> Choices:
+        h, ca, cf = (self.indices_of(arch_or_indices) if isinstance(arch_or_indices, Architecture)
+                     else arch_or_indices)
+        L = self.num_layers
+        A = max(1, max(map(len, self.options.attn)))
+        Fm = max(1, max(map(len, self.options.ffn)))
+        ph = torch.zeros(len(self.hidden_grid))
+        ph[h] = 1
+        pa, pf = torch.zeros(L, A), torch.zeros(L, Fm)
+        pa[torch.arange(L), torch.tensor(ca)] = 1
+        pf[torch.arange(L), torch.tensor(cf)] = 1
+        return Choices(ph, pa, pf)
+
+    def architecture(self, h: int, ca: Sequence[int], cf: Sequence[int], name: str = "") -> Architecture:
+        """The discrete architecture of option indices (as ``search.Router.decode`` returns them)."""
+        cfg, blocks = self.cfg, []
+        for l in range(self.num_layers):
+            a = self.options.attn[l][ca[l]] if self.options.attn[l] else 0
+            w = self.options.ffn[l][cf[l]] if self.options.ffn[l] else 0
+            blocks.append(Block(Attention(cfg.num_heads, a, cfg.head_dim, cfg.sliding_window) if a else None,
+                                MLP(w, True, cfg.hidden_act) if w else None))
+        return replace(cfg.architecture(name), hidden_size=self.hidden_grid[h], blocks=tuple(blocks))
+
+    # ---- the masked forward ---------------------------------------------------------------------------
+    def masks(self, choices: Choices | Sequence[torch.Tensor]) -> Masks:
+        c = Choices.of(choices)
+        ph, pa, pf = c.hidden, c.attn, c.ffn
+        hidden = count = None
+        if self.hidden_grid != (self.cfg.hidden_size,):
+            hidden, count = ph @ self._hid_ind, ph @ self._hid_n
+        ffn, attn = [], []
+        for l in range(self.num_layers):
+            ind = self._ffn_ind[l]
+            ffn.append(None if ind is None else pf[l, :ind.shape[0]] @ ind)
+            pools = self._pools[l]
+            if pools is None:
+                attn.append(None)
+                continue
+            need_all = pa.requires_grad  # straight-through: a 0-valued option still needs its output
+            attn.append(tuple(AttnOption(pa[l, o + 1], pool) for o, pool in enumerate(pools)
+                              if need_all or float(pa[l, o + 1]) != 0.0))
+        return Masks(hidden, count, tuple(ffn), tuple(attn))
+
+    def forward(self, input_ids: torch.Tensor, choices: Choices | Sequence[torch.Tensor],
+                return_hidden: bool = False) -> torch.Tensor:
+        return forward(self.params, self.cfg, input_ids, self.masks(choices), return_hidden=return_hidden)
+
+    __call__ = forward
+
+
+__all__ = ["Choices", "LayerOptions", "Permutation", "Supernet", "apply_permutation", "options_for_space",
+           "permutation_from", "permute", "pool_matrix"]
