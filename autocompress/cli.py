@@ -92,7 +92,7 @@ def _cmd_fmt(args) -> int:
     with open(args.spec, "rb") as fh:
         original = fh.read().decode("utf-8", errors="replace")
     spec = load_spec(args.spec)
-    text = format_spec(spec)
+    text = format_spec(spec, source=original)
     if args.check:
         if text != original:
             sys.stderr.write(f"{args.spec}: not in canonical form (run `acc fmt --write {args.spec}`)\n")

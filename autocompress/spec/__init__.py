@@ -89,7 +89,8 @@ def load_spec(path) -> Spec:
     return load_spec_with_warnings(path)[0]
 
 
-def format_spec(spec_or_source, base_dir: str | None = None) -> str:
+def format_spec(spec_or_source, base_dir: str | None = None, *, source: str | None = None) -> str:
+    """Canonical text; comments come from the source text (``source=`` when passing a Spec)."""
     from autocompress.spec.fmt import format_spec as _fmt
 
-    return _fmt(spec_or_source, base_dir)
+    return _fmt(spec_or_source, base_dir, source=source)

@@ -215,7 +215,7 @@ def test_cached_answer_renders_like_a_fresh_one(capsys, cache_dir, tmp_path):
 
 def test_fmt_prints_canonical_and_check_accepts_it(capsys, tmp_path):
     code, canonical, err = _run(capsys, "fmt", str(FEASIBLE))
-    assert code == 0 and canonical.startswith('model "smollm2-135m"')
+    assert code == 0 and '\nmodel "smollm2-135m"\n' in canonical
     spec = tmp_path / "canon.acspec"
     spec.write_text(canonical)
     assert _run(capsys, "fmt", str(spec), "--check")[0] == 0

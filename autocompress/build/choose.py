@@ -1,0 +1,83 @@
+"""Choosing the architecture: cvxpy starting point with measured importance, then the router
+(strategy ``autocompress``) or the Minitron-style uniform grid (strategy ``uniform``).
+
+Both strategies see the same importance, cost model, bounds and budget; only the search differs,
+so a user can A/B them with one line of the spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from autocompress.feasibility import assess
+from autocompress.feasibility.evaluate import evaluate
+from autocompress.feasibility.importance import load_importance
+from autocompress.feasibility.relax import Relaxation
+from autocompress.feasibility.rounding import repair_and_fill
+from autocompress.feasibility.tables import cost_tables
+from autocompress.report.feasibility import _arch as arch_json
+
+
+class NoArchitecture(Exception):
+    pass
+
+
+def choose_architecture(spec, parent_arch, derived, importance_path, permuted, cfg, teacher, train_rows, settings,
+                        log) -> dict:
+    imp = load_importance(str(importance_path), parent_arch)
+    feas = assess(spec, parent_arch, derived.profile, derived.device, derived.space, imp, derived.limits,
+                  diagnose=False)
+    if feas.start is None:
+        raise NoArchitecture("with the measured importance no architecture passed the exact check")
+    out = {"start": arch_json(feas.start.evaluation.arch, feas.start.importance),
+           "uniform": arch_json(feas.uniform.evaluation.arch, feas.uniform.importance) if feas.uniform else None}
+    if settings.strategy == "uniform":
+        if feas.uniform is None:
+            raise NoArchitecture("no uniform (identical-layer) architecture meets this contract; "
+                                 "use `strategy autocompress`")
+        log("[search] strategy uniform: Minitron-style grid search at the same budget")
+        out["architecture"] = out["uniform"]
+        out["how"] = "uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model"
+        return out
+
+    from autocompress.search import SearchConfig, search
+    from autocompress.supernet import Supernet
+    from autocompress.teacher import topk_kl
+
+    sp = derived.space
+    relaxes = {d: Relaxation(parent_arch, d, spec, derived.profile, derived.device, sp, imp, derived.limits)
+               for d in sp.hidden_grid}
+    tables = [cost_tables(relaxes[d]) for d in sp.hidden_grid]
+    net = Supernet(permuted, cfg, sp)
+    start = net.indices_of(feas.start.evaluation.arch)
+    n, b = len(train_rows), settings.batch
+
+    def quality(step, ph, pa, pf):
+        rows = [(step * b + i) % n for i in range(b)]
+        ids = train_rows[rows]
+        logits = net.forward(ids[:, :-1], (ph, pa, pf))
+        return topk_kl(logits, teacher.get(rows))
+
+    def show(rec):
+        if rec["step"] % max(1, settings.search_steps // 10) == 0 or rec["step"] == settings.search_steps - 1:
+            exp = ", ".join(f"{k} {v:.3f}" for k, v in rec["expected"].items())
+            log(f"[search] step {rec['step']:>4}  tau {rec['tau']:.2f}  KD {rec['quality']:.4f}  E[bound/limit]: {exp}")
+    res = search(tables, quality, None, SearchConfig(steps=settings.search_steps, seed=settings.seed), start, show)
+    arch = net.architecture(res.hidden_index, res.attn_choice, res.ffn_choice)
+    ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)
+    how = "router decoded"
+    if not ev.ok:
+        relax = relaxes[arch.hidden_size]
+        repaired, ev, moves = repair_and_fill(relax, arch, derived.profile, derived.device, fill=False)
+        if ev.ok:
+            arch, how = repaired, f"router decoded, then {moves} greedy repair moves"
+        else:
+            arch, ev, how = feas.start.evaluation.arch, feas.start.evaluation, "cvxpy starting point (router result failed repair)"
+    log(f"[search] {how}: hidden {arch.hidden_size}, {arch.params() / 1e6:.1f}M params")
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["how"] = how
+    out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
+                     "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
+    return out

@@ -1,0 +1,63 @@
+"""Content-addressed, atomic, resumable stages.
+
+A stage's result lives in ``<work>/<name>-<key>/`` where the key hashes everything the result
+depends on (spec, parent, data, code version, upstream keys). The folder is filled under a
+temporary name and renamed into place when complete, with a ``DONE`` marker holding the stage's
+small JSON summary, so an interrupted build leaves either nothing or a whole result, and a
+rerun skips every stage whose folder exists. Long stages that checkpoint (distillation) keep
+their checkpoints in ``<work>/<name>-<key>.partial/``, which survives a crash and is removed when
+the stage completes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from autocompress import cache
+
+
+@dataclass(frozen=True)
+class StageResult:
+    name: str
+    key: str
+    path: Path
+    summary: dict
+    cached: bool
+
+
+def stage_key(name: str, *parts: str) -> str:
+    return cache.key("stage", name, *parts)[:20]
+
+
+def run_stage(work: Path, name: str, key: str, fn: Callable[[Path, Path], dict],
+              log: Callable[[str], None] = print) -> StageResult:
+    """Run ``fn(tmp_dir, partial_dir) -> summary`` unless ``<work>/<name>-<key>`` exists."""
+    work.mkdir(parents=True, exist_ok=True)
+    final = work / f"{name}-{key}"
+    done = final / "DONE"
+    if done.exists():
+        summary = json.loads(done.read_text())
+        log(f"[{name}] cached ({final.name})")
+        return StageResult(name, key, final, summary, True)
+    partial = work / f"{name}-{key}.partial"
+    partial.mkdir(exist_ok=True)
+    tmp = work / f".{name}-{key}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        summary = fn(tmp, partial) or {}
+        cache.atomic_write_json(tmp / "DONE", summary)
+        if final.exists():  # a stale incomplete folder (no DONE): replace it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(partial, ignore_errors=True)
+    return StageResult(name, key, final, summary, False)

@@ -1,0 +1,62 @@
+"""A tiny random Llama parent (HF folder + offline tokenizer), data files and a contract it misses."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "export"))
+
+SPEC = """\
+model "parent"
+target {
+  hardware  rtx-5070
+  engine    vllm
+  precision bf16
+}
+workload chat {
+  concurrency 1
+  input  128 tokens
+  output 32 tokens
+  tpot <= 0.55 ms      # the parent: 0.572 ms predicted
+}
+search   { steps 3  seed 0 }
+distill  { data "data/*"  steps 6  seq_len 32 tokens  batch 2 }
+evaluate { tokens 256 tokens }
+output "out/tiny"
+"""
+
+
+def make_project(root: Path) -> Path:
+    """Write parent/, data/ and spec.acspec under ``root``; return the spec path."""
+    import pydoc_data.topics as topics
+    import torch
+    from _exportkit import build_tokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    build_tokenizer(root / "parent")
+    cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                      tie_word_embeddings=True, bos_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(root / "parent")
+    (root / "data").mkdir()
+    (root / "data" / "prose.txt").write_text("\n\n".join(list(topics.topics.values())[:40]))
+    docs = []
+    for mod in (json, textwrap, inspect):
+        for _, f in sorted(vars(mod).items()):
+            if inspect.isfunction(f) and f.__module__ == mod.__name__:
+                docs.append(json.dumps({"text": inspect.getsource(f), "kind": "code"}))
+    (root / "data" / "code.jsonl").write_text("\n".join(docs))
+    spec = root / "spec.acspec"
+    spec.write_text(SPEC)
+    return spec
+
+
+def weights_hash(folder: Path) -> str:
+    return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()

@@ -1,0 +1,110 @@
+"""acc build end to end on a tiny random Llama: stages, export, loading with and without autocompress."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from _buildkit import make_project, weights_hash  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+_STOCK = textwrap.dedent(
+    """
+    import json, sys
+    class _NoAutocompress:
+        def find_spec(self, name, path=None, target=None):
+            if name == "autocompress" or name.startswith("autocompress."):
+                raise ImportError("autocompress must not be imported here: " + name)
+    sys.meta_path.insert(0, _NoAutocompress())
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.float32).eval()
+    ids = torch.tensor(json.loads(sys.argv[2]))
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert not any(m.startswith("autocompress") for m in sys.modules)
+    print(json.dumps(out[:, ids.shape[1]:].tolist()))
+    """
+)
+PROMPTS = [[0, 17, 33, 60, 101, 7], [0, 250, 3, 99, 12, 44]]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("build")
+    os.environ["ACC_CACHE_DIR"] = str(root / "cache")
+    spec = make_project(root)
+    from autocompress.build import run_build
+
+    logs: list[str] = []
+    result = run_build(str(spec), log=logs.append, progress=False)
+    return root, spec, result, logs
+
+
+def test_output_folder_is_complete(built):
+    root, spec, result, logs = built
+    out = result.output
+    for name in ("config.json", "model.safetensors", "modeling_decilm.py", "configuration_decilm.py",
+                 "tokenizer.json", "autocompress-report.md", "autocompress-report.json", "architecture.png"):
+        assert (out / name).exists(), name
+    assert not list(out.parent.glob(".tmp*")) and not list(out.parent.glob("*.partial"))
+    report = json.loads((out / "autocompress-report.json").read_text())
+    assert all(c["ok"] for c in report["predicted"]["checks"])  # meets the contract by prediction
+    assert report["architecture"]["params"] < report["parent_architecture"]["params"]
+    assert report["quality"]["student"]  # held-out quality measured
+    assert (out / "architecture.png").read_bytes().startswith(b"\x89PNG")
+    assert any("[distill]" in m for m in logs) and any("strategy" in m for m in logs)  # derived settings logged
+
+
+def test_export_loads_after_import_and_matches_in_memory_student(built):
+    root, spec, result, _ = built
+    from transformers import AutoModelForCausalLM
+
+    from autocompress.build.student import arch_from_json, student_model
+    from autocompress.modeling import register
+    from safetensors.torch import load_file
+
+    register()
+    loaded = AutoModelForCausalLM.from_pretrained(str(result.output), dtype=torch.float32).eval()
+    report = json.loads((result.output / "autocompress-report.json").read_text())
+    from autocompress.parents import resolve_parent
+    from autocompress.spec import load_spec
+
+    s = load_spec(str(spec))
+    parent = resolve_parent(s.parent, str(root)).architecture
+    arch = arch_from_json(report["architecture"], parent)
+    sd = load_file(str(result.output / "model.safetensors"))
+    from autocompress.nn.llama import load_llama
+
+    _, cfg = load_llama(root / "parent")
+    mem = student_model(arch, sd, cfg.llama_globals()).eval()
+    ids = torch.tensor(PROMPTS)
+    with torch.no_grad():
+        a = loaded.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+        b = mem.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(a, b)
+    stock = subprocess.run([sys.executable, "-c", _STOCK, str(result.output), json.dumps(PROMPTS)],
+                           capture_output=True, text=True, cwd=str(root), timeout=300)
+    assert stock.returncode == 0, stock.stderr[-2000:]
+    assert json.loads(stock.stdout.strip().splitlines()[-1]) == a[:, ids.shape[1]:].tolist()
+
+
+def test_rerun_is_cached_and_identical(built):
+    root, spec, result, _ = built
+    from autocompress.build import run_build
+
+    before = weights_hash(result.output)
+    logs: list[str] = []
+    again = run_build(str(spec), log=logs.append, progress=False)
+    assert weights_hash(again.output) == before
+    assert any("[importance] cached" in m for m in logs) and any("[distill] cached" in m for m in logs)
