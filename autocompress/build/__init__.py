@@ -53,8 +53,12 @@ def _parent_folder(spec, parent, base_dir: str) -> Path:
 
 
 def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], None] = print,
-              progress: bool = True, stop_after_stage: str | None = None) -> BuildResult:
-    """Run every stage of ``acc build`` for ``spec_path`` (see the module docstring)."""
+              progress: bool = True, baseline: str | None = None) -> BuildResult:
+    """Run every stage of ``acc build`` for ``spec_path`` (see the module docstring).
+
+    ``baseline="uniform"``: also build the Minitron-style uniform model at the same budget (same
+    importance, teacher outputs, bounds and distillation budget) into ``<output>-uniform`` and put
+    its quality in the report, so any user can A/B the two strategies."""
     import torch
 
     from autocompress.check import run_check
@@ -99,7 +103,10 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
     corpus = D.load_corpus(spec.distill.data if spec.distill and spec.distill.data else None, base)
     k_data = cache.key("data", corpus.digest, D.tokenizer_digest(folder), str(settings.seq_len))
     log(f"[data] {corpus.description}: {len(corpus.docs)} documents")
-    train = D.mixed_dataset(corpus, folder, settings.seq_len, {"code": 0.5, "prose": 0.5}, "train")
+    # the default mixture is 96% code by tokens: draw code and prose equally so prose quality is
+    # distilled too (a user corpus of one kind simply uses that kind)
+    train = D.mixed_dataset(corpus, folder, settings.seq_len, {"code": 0.5, "prose": 0.5}, "train",
+                            skip_missing=True)
     heldout = {kind: D.token_dataset(corpus, folder, settings.seq_len, "heldout", kind)[: settings.eval_rows]
                for kind in ("code", "prose")}
     heldout = {k: v for k, v in heldout.items() if len(v)}
@@ -136,40 +143,50 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
 
     teacher_fn = lambda ids: llama_forward(params, cfg, ids)  # noqa: E731
     tkey = stage_key("teacher", base_key, str(settings.topk))
-    teacher = timed("teacher", lambda: cache_teacher(teacher_fn, train_rows, tkey, k=settings.topk,
-                                                      batch=settings.batch, cache_dir=work / f"teacher-{tkey}"))
+    n_chunks = -(-len(train_rows) // 64)
+    log(f"[teacher] parent top-{settings.topk} outputs on {len(train_rows)} rows x {settings.seq_len} tokens "
+        f"({n_chunks} chunks, resumable)")
+    teacher = timed("teacher", lambda: cache_teacher(
+        teacher_fn, train_rows, tkey, k=settings.topk, batch=settings.batch, cache_dir=work / f"teacher-{tkey}",
+        on_chunk=lambda c, n: log(f"[teacher] chunk {c}/{n}")))
     held_teacher = {k: cache_teacher(teacher_fn, v, stage_key("held", base_key, k), k=settings.topk,
                                      batch=settings.batch, cache_dir=work / f"held-{k}-{tkey}")
                     for k, v in heldout.items()}
 
-    # ---- search: the starting point from cvxpy with measured importance, then the router -------
+    # ---- per strategy: search -> extract -> distill -> export -> evaluate --------------------
+    from dataclasses import replace
+
     from autocompress.build.choose import choose_architecture
-
-    def search_stage(tmp: Path, partial: Path) -> dict:
-        chosen = choose_architecture(spec, parent.architecture, derived, imp.path / "importance.json", permuted, cfg,
-                                     teacher, train_rows, settings, log)
-        (tmp / "architecture.json").write_text(json.dumps(chosen, indent=2))
-        return {"strategy": settings.strategy}
-
-    srch = timed("search", lambda: run_stage(work, f"search-{settings.strategy}",
-                                             stage_key("search", imp.key, tkey, json.dumps(settings.as_dict())),
-                                             search_stage, log))
-    chosen = json.loads((srch.path / "architecture.json").read_text())
-    if stop_after_stage == "search":
-        return BuildResult(out, chosen, tuple(stages))
-
-    # ---- extract, distill, export ------------------------------------------------------------
+    from autocompress.build.evaluate import evaluate_build
     from autocompress.build.student import arch_from_json, distill_and_export
 
-    arch = arch_from_json(chosen["architecture"], parent.architecture)
-    result = timed("distill+export", lambda: distill_and_export(
-        arch, permuted, cfg, teacher, train_rows, settings, folder, out, work, srch.key, log, progress))
-    # ---- evaluate and report -------------------------------------------------------------------
-    from autocompress.build.evaluate import evaluate_build
+    def make(strat: BuildSettings, target: Path, tag: str) -> tuple[dict, object, dict, dict]:
+        def search_stage(tmp: Path, partial: Path) -> dict:
+            chosen = choose_architecture(spec, parent.architecture, derived, imp.path / "importance.json", permuted,
+                                         cfg, teacher, train_rows, strat, log)
+            (tmp / "architecture.json").write_text(json.dumps(chosen, indent=2))
+            return {"strategy": strat.strategy}
 
-    quality = timed("evaluate", lambda: evaluate_build(params, cfg, out, heldout, held_teacher, folder, settings))
+        srch = timed(f"search{tag}", lambda: run_stage(
+            work, f"search-{strat.strategy}", stage_key("search", imp.key, tkey, json.dumps(strat.as_dict())),
+            search_stage, log))
+        chosen = json.loads((srch.path / "architecture.json").read_text())
+        arch = arch_from_json(chosen["architecture"], parent.architecture)
+        result = timed(f"distill+export{tag}", lambda: distill_and_export(
+            arch, permuted, cfg, teacher, train_rows, strat, folder, target, work, srch.key, log, progress))
+        quality = timed(f"evaluate{tag}", lambda: evaluate_build(params, cfg, target, heldout, held_teacher, folder,
+                                                                 strat))
+        return chosen, arch, result, quality
+
+    chosen, arch, result, quality = make(settings, out, "")
+    base_report = None
+    if baseline and baseline != settings.strategy:
+        b_out = out.parent / f"{out.name}-{baseline}"
+        b_chosen, b_arch, b_result, b_quality = make(replace(settings, strategy=baseline), b_out, f" ({baseline})")
+        base_report = {"strategy": baseline, "output": str(b_out), "architecture": b_chosen["architecture"],
+                       "quality": b_quality, "distill": b_result}
     from autocompress.report.build import write_build_report
 
     report = write_build_report(out, spec, spec_path, check.report, chosen, arch, parent, derived, settings, quality,
-                                result, timings, time.perf_counter() - t_start)
+                                result, timings, time.perf_counter() - t_start, base_report)
     return BuildResult(out, report, tuple(stages))

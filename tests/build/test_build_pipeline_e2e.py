@@ -108,3 +108,16 @@ def test_rerun_is_cached_and_identical(built):
     again = run_build(str(spec), log=logs.append, progress=False)
     assert weights_hash(again.output) == before
     assert any("[importance] cached" in m for m in logs) and any("[distill] cached" in m for m in logs)
+
+
+def test_import_autocompress_registers_the_classes_without_remote_code(built):
+    root, spec, result, _ = built
+    code = ("import sys, autocompress\n"
+            "assert 'transformers' not in sys.modules  # registration waits for transformers\n"
+            "import torch\n"
+            "from transformers import AutoModelForCausalLM\n"
+            "m = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=False, dtype=torch.float32)\n"
+            "print(type(m).__name__)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(result.output)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] in ("DeciLMForCausalLM", "LlamaForCausalLM")

@@ -91,3 +91,11 @@ def test_mixed_dataset_weights(tmp_path, tok_dir):
     assert natural.shape[0] == 2 * min(code.shape[0], prose.shape[0])
     with pytest.raises(data.DataError, match="kind, allowed code | prose, got 'poetry'"):
         data.mixed_dataset(corpus, tok_dir, 8, {"poetry": 1.0})
+
+
+def test_mixed_dataset_one_kind_corpus(tmp_path, tok_dir):
+    prose_only = Corpus(tuple(d for d in _corpus().docs if d.kind == "prose"), "prose only")
+    with pytest.raises(data.DataError, match="no train rows of kind code at seq_len 8"):
+        data.mixed_dataset(prose_only, tok_dir, 8, {"code": 0.5, "prose": 0.5}, cache_dir=tmp_path)
+    rows = data.mixed_dataset(prose_only, tok_dir, 8, {"code": 0.5, "prose": 0.5}, cache_dir=tmp_path, skip_missing=True)
+    assert rows.shape[0] == token_dataset(prose_only, tok_dir, 8, kind="prose", cache_dir=tmp_path).shape[0]

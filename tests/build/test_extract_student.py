@@ -74,7 +74,8 @@ def test_extract_slices_the_parents_weights(supernet):
     arch = supernet.architecture(*HETERO)
     sd, _ = extract(supernet.params, supernet.cfg, arch)
     P = supernet.params
-    torch.testing.assert_close(sd["model.layers.0.mlp.down_proj.weight"], P["model.layers.0.mlp.down_proj.weight"][:48, :64])
+    down = "model.layers.0.mlp.down_proj.weight"
+    torch.testing.assert_close(sd[down], P[down][:48, :64])
     k = P["model.layers.0.self_attn.k_proj.weight"].view(2, kit.HEAD_DIM, -1).mean(0)[:, :48]
     torch.testing.assert_close(sd["model.layers.0.self_attn.k_proj.weight"], k)
     assert "model.layers.1.self_attn.q_proj.weight" not in sd and "model.layers.2.mlp.up_proj.weight" not in sd

@@ -149,3 +149,18 @@ def test_gradients_reach_every_choice_straight_through(parent):
     for t in logits:
         assert torch.isfinite(t.grad).all() and (t.grad.abs().sum(-1) > 0).all()
     assert not any(p.grad is not None for p in sn.params.values())
+
+
+def test_choices_are_checked(parent):
+    cfg, _, permuted, _ = parent
+    sn = Supernet(permuted, cfg, SPACE)
+    ch = sn.one_hot(cfg.architecture())
+    padded = Choices(ch.hidden, torch.cat([ch.attn, torch.zeros(3, 2)], 1), ch.ffn)  # wider is fine if zero
+    with torch.no_grad():
+        sn(kit.batches(1, seq=4)[0], padded)
+    bad = padded.attn.clone()
+    bad[0, 4] = 0.5
+    with pytest.raises(ValueError, match="padding"):
+        sn.masks(Choices(ch.hidden, bad, ch.ffn))
+    with pytest.raises(ValueError, match="shapes"):
+        sn.masks(Choices(ch.hidden[:2], ch.attn, ch.ffn))
