@@ -21,7 +21,6 @@ from autocompress.feasibility.uniform import drop_order, uniform_search
 from autocompress.space import SearchSpace
 
 BINDING_SLACK = 0.05  # an exact-check bound within 5% of its limit is reported as binding
-STRUCTURE_TRIES = (0, 2, 8)  # extra FFN sub-blocks removed from the LP's rounded structure
 TOP_HIDDEN = 2  # hidden sizes (best LP objectives first) whose points are rounded
 EXACT_TRIES = 4  # candidates (most important first) the exact cost model judges
 STRUCTURE_DEPTH_SHARES = (0.125, 0.25, 0.5, 0.75)  # whole-layer structures tried (min_keep still holds)
@@ -61,14 +60,24 @@ class Feasibility:
     seconds: float
 
 
-def _structures(relax: Relaxation, x) -> list[dict]:
-    """Pinned structures to re-optimize widths for: the LP's own rounding (and variants with more
-    FFN sub-blocks removed), and whole-layer structures removing the least important layers."""
-    out = [fix_structure(relax, x, drop_ffn=k) for k in STRUCTURE_TRIES]
+def _structures(relax: Relaxation, x) -> list[list[dict]]:
+    """Pinned structures to re-optimize widths for, as groups tried in order until one is feasible:
+    the LP's own rounding shedding 0, 1, 2, 4, ... of its least-kept sub-blocks (fill adds back what
+    over-shedding removed), and whole-layer structures removing the least important layers."""
+    groups = [[fix_structure(relax, x)]]
+    fix = groups[0][0]
+    shed = []
+    for n in range(1, 2 * relax.L + 1):
+        fix = drop_least_kept(relax, x, fix)
+        if fix is None:
+            break
+        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...
+            shed.append(fix)
+    groups[0] += shed
     if relax.space.allows("depth"):
         order = drop_order(relax)
-        out += [fix_layers(relax, set(order[:round(share * relax.L)])) for share in STRUCTURE_DEPTH_SHARES]
-    return out
+        groups += [[fix_layers(relax, set(order[:round(share * relax.L)]))] for share in STRUCTURE_DEPTH_SHARES]
+    return groups
 
 
 def _best_candidate(relaxes, results, profile, device, importance, limits, seed=None) -> Candidate | None:
@@ -82,22 +91,18 @@ def _best_candidate(relaxes, results, profile, device, importance, limits, seed=
     for r in order[:TOP_HIDDEN]:
         relax = relaxes[r.d]
         tried = set()
-        for fix in _structures(relax, r.x):
+        for group in _structures(relax, r.x):
             # Keep decisions pinned, widths re-optimized: the LP is loose on the fixed per-sub-block
-            # costs (launches, per-layer overhead) when a keep variable is fractional. A pinned
-            # structure that is infeasible loses its least-kept sub-block until it is feasible.
-            for _ in range(2 * relax.L):
+            # costs (launches, per-layer overhead) when a keep variable is fractional.
+            for fix in group:
                 key = tuple(sorted(fix.items()))
                 if key in tried:
-                    break
+                    continue
                 tried.add(key)
                 fixed = solve(relax, fix=fix)
                 if fixed.x is not None:
                     bound = fixed.value * importance.hidden_factor(r.d, relax.parent.hidden_size)
                     fixed_points.append((bound, r.d, r.value, fixed.x))
-                    break
-                fix = drop_least_kept(relax, r.x, fix)
-                if fix is None:
                     break
     # Branch and bound: a pinned LP's objective bounds what rounding can reach, so structures are
     # rounded best bound first and the rest skipped once one candidate beats their bound.
