@@ -45,7 +45,8 @@ def _compute(path: str) -> tuple[dict, list[str], list[str]]:
         deps.append(derived.profile.path)
     importance = prior_importance(parent.architecture)
     if spec.output:  # an importance file left by a previous ``acc build`` of this spec sharpens the objective
-        imp_path = os.path.join(base, spec.output, ".acc", "importance.json")
+        out = os.path.normpath(os.path.join(base, spec.output))
+        imp_path = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.acc", "importance.json")
         if os.path.exists(imp_path):
             importance = load_importance(imp_path, parent.architecture)
             deps.append(imp_path)

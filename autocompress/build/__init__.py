@@ -134,8 +134,9 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
     imp = timed("importance", lambda: run_stage(work, "importance", stage_key("importance", base_key), importance_stage,
                                                 log))
     permuted = load_file(str(imp.path / "permuted.safetensors"))
-    # the prefix order lives in the output folder too: `acc check` on this spec uses it next time
-    (out.parent / f".{out.name}.acc").mkdir(parents=True, exist_ok=True)
+    # the measured importance sits where `acc check` of this spec looks for it next time, so the
+    # feasibility report's starting point uses measured curves instead of the prior
+    cache.atomic_write_bytes(work / "importance.json", (imp.path / "importance.json").read_bytes())
 
     # ---- teacher outputs (top-k), cached once for search and distillation ----------------------
     from autocompress.nn.llama import forward as llama_forward

@@ -52,13 +52,15 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     tables = [cost_tables(relaxes[d]) for d in sp.hidden_grid]
     net = Supernet(permuted, cfg, sp)
     start = net.indices_of(feas.start.evaluation.arch)
-    n, b = len(train_rows), settings.batch
+    n, b, T = len(train_rows), settings.search_batch, settings.search_seq
 
     def quality(step, ph, pa, pf):
         rows = [(step * b + i) % n for i in range(b)]
-        ids = train_rows[rows]
-        logits = net.forward(ids[:, :-1], (ph, pa, pf))
-        return topk_kl(logits, teacher.get(rows))
+        ids = train_rows[rows][:, :T]
+        target = teacher.get(rows)
+        target = type(target)(target.values[:, :T], target.indices[:, :T], target.lse[:, :T])
+        logits = net.forward(ids, (ph, pa, pf))
+        return topk_kl(logits, target)
 
     def show(rec):
         if rec["step"] % max(1, settings.search_steps // 10) == 0 or rec["step"] == settings.search_steps - 1:

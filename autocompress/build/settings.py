@@ -18,6 +18,8 @@ class BuildSettings:
     distill_steps: int
     lr: float
     search_steps: int
+    search_batch: int
+    search_seq: int
     calib_rows: int
     teacher_rows: int
     eval_rows: int
@@ -50,6 +52,9 @@ def derive_build(spec) -> BuildSettings:
     lr = pick("lr", d.lr if d else None, 3e-4, "AdamW, warm-up 5% then cosine to 10% (Minitron recovery range)")
     search_steps = pick("search steps", s.steps if s else None, 30,
                         "the router starts at the cvxpy point; each step runs the masked supernet once")
+    search_batch = pick("search batch", None, 2, "the router needs a quality signal, not a recovery: small batches")
+    search_seq = pick("search tokens per sequence", None, min(seq_len, 64),
+                      "the masked supernet's forward+backward costs ~3 plain forwards; 64 tokens keep a step ~2 s")
     calib = pick("calibration sequences", None, 32,
                  "activation statistics settle within a few dozen sequences at this size (Minitron uses 1024 on GPUs)")
     teacher = pick("teacher rows", None, min(256, steps * batch),
@@ -58,5 +63,5 @@ def derive_build(spec) -> BuildSettings:
     eval_rows = pick("held-out rows per kind", (eval_tokens // seq_len) if eval_tokens else None, 24,
                      "~6K tokens each of code and prose: perplexity within a few percent at this size")
     topk = pick("teacher top-k", None, 32, "covers >95% of SmolLM2's next-token mass on code; the tail is one bucket")
-    return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_steps, calib, teacher, eval_rows, topk,
-                         tuple(rows))
+    return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_steps, search_batch, search_seq, calib,
+                         teacher, eval_rows, topk, tuple(rows))

