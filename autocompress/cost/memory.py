@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autocompress.catalog.engines import ENGINES, SchedulerLimits, cudagraph_capture_sizes, scheduler_defaults
+from autocompress.catalog.engines import (ENGINES, SchedulerLimits, cudagraph_capture_sizes, kv_block_size,
+                                         scheduler_defaults)
 from autocompress.catalog.hardware import resolve_device
 from autocompress.catalog.precisions import PRECISIONS, activation_bytes
 from autocompress.cost.profile import load_profile
@@ -171,7 +172,7 @@ def memory_breakdown(arch: Architecture, target, workloads, profile=None, device
     kvb = PRECISIONS[target.kv_precision].bytes
     mt = profile.memory
     workloads = tuple(workloads)
-    block = info.kv_block_size
+    block = kv_block_size(engine, device)
     weights = weight_bytes(arch, target.weight_precision, tp)
     per_wl = tuple((w.name, kv_cache_bytes(arch, w.concurrency, w.input_tokens + w.output_tokens, kvb, a, tp, block))
                    for w in workloads)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autocompress.catalog.engines import ENGINES
+from autocompress.catalog.engines import ENGINES, kv_block_size
 from autocompress.cost import Numerics, Op, Pass, block_op_table, memory_breakdown, model_ops, workload_plan
 from autocompress.cost.roofline import roofline_seconds
 from autocompress.feasibility._cvx import cvxpy
@@ -233,7 +233,7 @@ class Relaxation:
                     single = self.arch.with_blocks((b.__class__(one, None),))
                     from autocompress.cost import kv_cache_bytes
                     kv[K * L + l] = kv_cache_bytes(single, w.concurrency, tokens, self.nb.kvb, self.nb.a,
-                                                   1, ENGINES[t.engine].kv_block_size)
+                                                   1, kv_block_size(t.engine, self.device))
             kvs.append((w.name, kv))
         kv_parent = max(float(kv @ self.at) for _, kv in kvs)
         const = mem.total_bytes - (1 + mf) * w_parent - max(kv_parent, mem.kv_reserved_bytes)
