@@ -109,6 +109,7 @@ def distill(
     progress: bool = True,
     hidden: HiddenPairs | None = None,
     stop_after: int | None = None,
+    log=None,
 ) -> DistillResult:
     """Distil ``student`` towards the cached teacher on ``train_tokens`` ``[n, seq_len + 1]``.
 
@@ -157,7 +158,11 @@ def distill(
             result.losses.append(step_loss)
             result.lrs.append(lr)
             result.seconds += time.perf_counter() - t0
-            bar.update(result.steps, step_loss, cfg.grad_accum * cfg.batch * seq_len / max(1e-9, time.perf_counter() - t0))
+            tps = cfg.grad_accum * cfg.batch * seq_len / max(1e-9, time.perf_counter() - t0)
+            bar.update(result.steps, step_loss, tps)
+            if log and (result.steps % max(1, cfg.steps // 10) == 0 or result.steps == cfg.steps):
+                eta = (cfg.steps - result.steps) * result.seconds / max(1, result.steps - (result.resumed_from or 0))
+                log(f"[distill] step {result.steps}/{cfg.steps}  loss {step_loss:.4f}  {tps:,.0f} tok/s  ETA {eta:,.0f} s")
             if ckpt_dir and (result.steps % cfg.ckpt_every == 0 or result.steps == cfg.steps):
                 _save(Path(ckpt_dir), student, opt, result, cfg)
     finally:

@@ -61,7 +61,7 @@ def distill_and_export(arch, permuted, cfg, teacher, train_rows, settings, token
         log(f"[distill] {settings.distill_steps} steps x {settings.batch} x {settings.seq_len} tokens, lr {settings.lr}")
         if any(partial.iterdir()):
             log(f"[distill] resuming from the last checkpoint in {partial.name}")
-        res = distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress)
+        res = distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress, log=log)
         sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         if llama_globals.get("tie_word_embeddings", arch.tie_embeddings):
             sd.pop("lm_head.weight", None)
