@@ -161,7 +161,7 @@ def distill(
             tps = cfg.grad_accum * cfg.batch * seq_len / max(1e-9, time.perf_counter() - t0)
             bar.update(result.steps, step_loss, tps)
             if log and (result.steps % max(1, cfg.steps // 10) == 0 or result.steps == cfg.steps):
-                eta = (cfg.steps - result.steps) * result.seconds / max(1, result.steps - (result.resumed_from or 0))
+                eta = (cfg.steps - result.steps) * result.seconds / max(1, result.steps)
                 log(f"[distill] step {result.steps}/{cfg.steps}  loss {step_loss:.4f}  {tps:,.0f} tok/s  ETA {eta:,.0f} s")
             if ckpt_dir and (result.steps % cfg.ckpt_every == 0 or result.steps == cfg.steps):
                 _save(Path(ckpt_dir), student, opt, result, cfg)
