@@ -69,7 +69,10 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     res = search(tables, quality, None, SearchConfig(steps=settings.search_steps, seed=settings.seed), start, show)
     arch = net.architecture(res.hidden_index, res.attn_choice, res.ffn_choice)
     ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)
-    how = "router decoded"
+    moved = sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
+    moved_h = arch.hidden_size != feas.start.evaluation.arch.hidden_size
+    how = (f"router decoded ({moved} of {arch.num_layers} layers{' and the hidden size' if moved_h else ''} "
+           "changed from the cvxpy start)")
     if not ev.ok:
         relax = relaxes[arch.hidden_size]
         repaired, ev, moves = repair_and_fill(relax, arch, derived.profile, derived.device, fill=False)
