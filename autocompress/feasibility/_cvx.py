@@ -6,6 +6,7 @@ and SciPy-linprog solver packages (~1 s together). We solve a linear program wit
 as fallback), so while cvxpy imports:
 
 * ``scipy.stats`` is a stand-in whose ``entropy`` imports the real module on first call;
+* ``scipy.special`` is a lazy stand-in (its functions import the real module when called);
 * ``osqp``, ``scs`` and ``scipy.optimize`` are marked absent (``sys.modules[name] = None`` makes
   their import raise ModuleNotFoundError, which cvxpy's solver probe treats as "not installed").
 
@@ -21,6 +22,26 @@ import sys
 import types
 
 _ABSENT = ("osqp", "scs", "scipy.optimize")
+_LAZY = ("scipy.special",)  # cvxpy's entropy / log-sum-exp atoms take functions from it at import
+
+
+class _LazyModule(types.ModuleType):
+    """Stands in for a module while cvxpy imports: each attribute is a function that imports the
+    real module on first call (none is called by the LP we solve)."""
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        name = self.__name__
+
+        def call(*args, **kwargs):
+            import importlib
+
+            sys.modules.pop(name, None) if sys.modules.get(name) is self else None
+            return getattr(importlib.import_module(name), attr)(*args, **kwargs)
+
+        call.__name__ = attr
+        return call
 
 
 def cvxpy():
@@ -41,6 +62,9 @@ def cvxpy():
     for name in _ABSENT:
         if name not in sys.modules:
             planted[name] = None
+    for name in _LAZY:
+        if name not in sys.modules:
+            planted[name] = _LazyModule(name)
     sys.modules.update(planted)
     try:
         import cvxpy as cp
