@@ -372,7 +372,6 @@ class Relaxation:
         return self._problem
 
 
-G_ = G  # kept for callers that used the old name
 
 
 @dataclass(frozen=True)
