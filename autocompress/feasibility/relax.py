@@ -429,20 +429,17 @@ def solve(relax: Relaxation, objective: str = "importance", drop: frozenset = fr
     return LPResult(relax.d, prob.status, value, np.array(z.value[:4 * relax.L]), binding)
 
 
-def fix_structure(relax: Relaxation, x: np.ndarray, drop_ffn: int = 0, drop_attn: int = 0) -> dict:
-    """Pin the keep variables of an LP point to 0/1 (>= 0.5 kept), removing ``drop_*`` more of the
-    least-kept sub-blocks, with KV heads / widths pinned to 0 where removed."""
+def fix_structure(relax: Relaxation, x: np.ndarray) -> dict:
+    """Pin the keep variables of an LP point to 0/1 (>= 0.5 kept), with KV heads / widths pinned to
+    0 where removed (``drop_least_kept`` sheds more)."""
     L, fix = relax.L, {}
-    for kind, var, extra in ((A, K, drop_attn), (G, W, drop_ffn)):
-        keep = x[kind * L:(kind + 1) * L]
-        free = [l for l in range(L) if relax.lo[kind * L + l] < relax.hi[kind * L + l]]
-        kept = sorted((l for l in free if keep[l] >= 0.5), key=lambda l: keep[l])
-        dropped = set(kept[:extra])
-        for l in free:
-            on = 1.0 if (keep[l] >= 0.5 and l not in dropped) else 0.0
-            fix[kind * L + l] = on
-            if not on:
-                fix[var * L + l] = 0.0
+    for kind, var in ((A, K), (G, W)):
+        for l in range(L):
+            if relax.lo[kind * L + l] < relax.hi[kind * L + l]:
+                on = 1.0 if x[kind * L + l] >= 0.5 else 0.0
+                fix[kind * L + l] = on
+                if not on:
+                    fix[var * L + l] = 0.0
     return fix
 
 
