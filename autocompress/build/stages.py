@@ -21,6 +21,16 @@ from typing import Callable
 from autocompress import cache
 
 
+def crash_point(name: str) -> None:
+    """Die like a SIGKILL (no cleanup, exit 137) when ``$ACC_CRASH_AT`` names this point.
+
+    Fault injection for the resume tests: a kill at a chosen point must not depend on timing.
+    Points: a stage's name (before its result is committed) or ``distill:N`` (after checkpoint N).
+    """
+    if os.environ.get("ACC_CRASH_AT") == name:
+        os._exit(137)
+
+
 @dataclass(frozen=True)
 class StageResult:
     name: str
@@ -52,6 +62,7 @@ def run_stage(work: Path, name: str, key: str, fn: Callable[[Path, Path], dict],
     tmp.mkdir()
     try:
         summary = fn(tmp, partial) or {}
+        crash_point(name)  # fault injection for the crash tests: the work is done, not yet committed
         cache.atomic_write_json(tmp / "DONE", summary)
         if final.exists():  # a stale incomplete folder (no DONE): replace it
             shutil.rmtree(final)

@@ -7,11 +7,12 @@ the last checkpoint; the exporter writes the output folder atomically.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
 
-from autocompress.build.stages import run_stage, stage_key
+from autocompress.build.stages import crash_point, run_stage, stage_key
 from autocompress.ir import MLP, Architecture, Attention, Block
 
 
@@ -61,6 +62,11 @@ def distill_and_export(arch, permuted, cfg, teacher, train_rows, settings, token
         log(f"[distill] {settings.distill_steps} steps x {settings.batch} x {settings.seq_len} tokens, lr {settings.lr}")
         if any(partial.iterdir()):
             log(f"[distill] resuming from the last checkpoint in {partial.name}")
+        crash = os.environ.get("ACC_CRASH_AT", "")
+        if crash.startswith("distill:"):  # fault injection (stages.crash_point): die after checkpoint N
+            distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress, log=log,
+                    stop_after=int(crash.split(":")[1]))
+            crash_point(crash)
         res = distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress, log=log)
         sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         if llama_globals.get("tie_word_embeddings", arch.tie_embeddings):
