@@ -41,6 +41,23 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--baseline", choices=("uniform",), help="also build the uniform (Minitron-style) model at the "
                    "same budget into <output>-uniform and compare them in the report")
 
+    b.add_argument("--no-verify", action="store_true", help="skip `acc verify` at the end (it runs when the target "
+                   "hardware is this machine and the engine is installed)")
+
+    v = sub.add_parser("verify", help="run the contract's workloads on an exported model and judge every bound")
+    v.add_argument("out", help="the exported model folder (acc build's output)")
+    v.add_argument("spec", help="the .acspec contract")
+    v.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
+    v.add_argument("--requests", type=int, help="timed requests per workload (default: max(4, 2 x concurrency))")
+
+    pr = sub.add_parser("profile", help="measure the engine on this machine and write a calibration profile")
+    pr.add_argument("--hardware", required=True, help="catalog name of this machine's device (cpu for the host)")
+    pr.add_argument("--engine", required=True, choices=("vllm", "transformers"))
+    pr.add_argument("--out", metavar="FILE", help="profile file to write (default: <hardware>-<engine>-measured.json)")
+    pr.add_argument("--model", default="smollm2-135m", help="parent whose variants are measured (alias, folder, .gguf)")
+    pr.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
+    pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 8 + 16 (a rough profile)")
+
     f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
     f.add_argument("spec")
     g = f.add_mutually_exclusive_group()
@@ -125,10 +142,56 @@ def _cmd_build(args) -> int:
         sys.stderr.write(f"{args.spec}: {err}\n")
         return err.exit_code
     sys.stdout.write(f"built {result.output}\n")
+    if args.no_verify:
+        return EXIT_OK
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.profiling import engine_available, hardware_present
+    from autocompress.spec import load_spec
+
+    spec = load_spec(args.spec)
+    here, where = hardware_present(resolve_device(spec.target.hardware))
+    eng, why = engine_available(spec.target.engine)
+    if not (here and eng):
+        sys.stdout.write(f"not verified by measurement: {where if not here else why}; "
+                         f"`acc verify {result.output} {args.spec}` writes the predicted report\n")
+        return EXIT_OK
+    return _verify(str(result.output), args.spec, None, None, console)
+
+
+def _verify(out: str, spec: str, threads, requests, console) -> int:
+    from autocompress.verify import VerifyError, run_verify
+
+    try:
+        res = run_verify(out, spec, threads=threads, requests=requests,
+                         log=lambda m: console.print(m, markup=False))
+    except VerifyError as err:
+        sys.stderr.write(f"{err}\n")
+        return EXIT_INVALID
+    sys.stdout.write(open(os.path.join(out, "verify-report.md")).read())
+    return res.exit_code
+
+
+def _cmd_verify(args) -> int:
+    return _verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True))
+
+
+def _cmd_profile(args) -> int:
+    from autocompress.profiling import ProfileRunError, run_profile
+
+    console = _console(stderr=True)
+    out = args.out or f"{args.hardware}-{args.engine}-measured.json"
+    try:
+        run = run_profile(args.hardware, args.engine, out, model=args.model, threads=args.threads, quick=args.quick,
+                          log=lambda m: console.print(m, markup=False))
+    except ProfileRunError as err:
+        sys.stderr.write(f"acc profile: {err}\n")
+        return EXIT_INVALID
+    sys.stdout.write(f"wrote {run.path} ({run.calibration} calibration + {run.heldout} held-out models)\n")
     return EXIT_OK
 
 
-COMMANDS = {"check": _cmd_check, "build": _cmd_build, "fmt": _cmd_fmt}
+COMMANDS = {"check": _cmd_check, "build": _cmd_build, "fmt": _cmd_fmt, "verify": _cmd_verify,
+            "profile": _cmd_profile}
 
 
 def main(argv: list[str] | None = None) -> int:

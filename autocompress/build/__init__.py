@@ -114,7 +114,11 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
     order = torch.randperm(len(train), generator=g)
     calib_rows = train[order[: settings.calib_rows]]
     train_rows = train[order[: settings.teacher_rows]]
-    base_key = cache.key(spec_bytes, parent.content_hash, k_data, __version__)
+    # stages that do not read the contract (importance, teacher outputs, the parent's quality) are
+    # keyed without it, so builds of different specs in one work folder share them (issue 5's
+    # benchmark builds four contracts on one parent); the search key adds the spec
+    data_key = cache.key(parent.content_hash, k_data, __version__, str(settings.seed))
+    spec_key = cache.key(spec_bytes)
 
     # ---- importance and the permuted (supernet) weights ----------------------------------------
     from safetensors.torch import load_file, save_file
@@ -131,7 +135,7 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
         save_file({k: v.contiguous() for k, v in permuted.items()}, str(tmp / "permuted.safetensors"))
         return {"calibration_tokens": int(calib_rows[:, :-1].numel())}
 
-    imp = timed("importance", lambda: run_stage(work, "importance", stage_key("importance", base_key), importance_stage,
+    imp = timed("importance", lambda: run_stage(work, "importance", stage_key("importance", data_key, str(settings.calib_rows), str(settings.batch)), importance_stage,
                                                 log))
     permuted = load_file(str(imp.path / "permuted.safetensors"))
     # the measured importance sits where `acc check` of this spec looks for it next time, so the
@@ -143,14 +147,14 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
     from autocompress.teacher import cache_teacher
 
     teacher_fn = lambda ids: llama_forward(params, cfg, ids)  # noqa: E731
-    tkey = stage_key("teacher", base_key, str(settings.topk))
+    tkey = stage_key("teacher", data_key, str(settings.topk), str(settings.teacher_rows), str(settings.batch))
     n_chunks = -(-len(train_rows) // 64)
     log(f"[teacher] parent top-{settings.topk} outputs on {len(train_rows)} rows x {settings.seq_len} tokens "
         f"({n_chunks} chunks, resumable)")
     teacher = timed("teacher", lambda: cache_teacher(
         teacher_fn, train_rows, tkey, k=settings.topk, batch=settings.batch, cache_dir=work / f"teacher-{tkey}",
         on_chunk=lambda c, n: log(f"[teacher] chunk {c}/{n}")))
-    held_teacher = {k: cache_teacher(teacher_fn, v, stage_key("held", base_key, k), k=settings.topk,
+    held_teacher = {k: cache_teacher(teacher_fn, v, stage_key("held", data_key, k, str(settings.eval_rows), str(settings.topk)), k=settings.topk,
                                      batch=settings.batch, cache_dir=work / f"held-{k}-{tkey}")
                     for k, v in heldout.items()}
 
@@ -158,7 +162,16 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
     from dataclasses import replace
 
     from autocompress.build.choose import choose_architecture
-    from autocompress.build.evaluate import evaluate_build
+    from autocompress.build.evaluate import evaluate_build, evaluate_parent
+
+    def parent_quality_stage(tmp: Path, partial: Path) -> dict:
+        (tmp / "quality.json").write_text(json.dumps(evaluate_parent(params, cfg, heldout, folder, settings)))
+        return {}
+
+    pq = timed("evaluate (parent)", lambda: run_stage(
+        work, "parent-quality", stage_key("parent-quality", data_key, str(settings.eval_rows)), parent_quality_stage,
+        log))
+    parent_quality = json.loads((pq.path / "quality.json").read_text())
     from autocompress.build.student import arch_from_json, distill_and_export
 
     def make(strat: BuildSettings, target: Path, tag: str) -> tuple[dict, object, dict, dict]:
@@ -169,13 +182,13 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
             return {"strategy": strat.strategy}
 
         srch = timed(f"search{tag}", lambda: run_stage(
-            work, f"search-{strat.strategy}", stage_key("search", imp.key, tkey, json.dumps(strat.as_dict())),
+            work, f"search-{strat.strategy}", stage_key("search", spec_key, imp.key, tkey, json.dumps(strat.as_dict())),
             search_stage, log))
         chosen = json.loads((srch.path / "architecture.json").read_text())
         arch = arch_from_json(chosen["architecture"], parent.architecture)
         result = timed(f"distill+export{tag}", lambda: distill_and_export(
             arch, permuted, cfg, teacher, train_rows, strat, folder, target, work, srch.key, log, progress))
-        quality = timed(f"evaluate{tag}", lambda: evaluate_build(params, cfg, target, heldout, held_teacher, folder,
+        quality = timed(f"evaluate{tag}", lambda: evaluate_build(parent_quality, target, heldout, held_teacher, folder,
                                                                  strat))
         return chosen, arch, result, quality
 
@@ -184,8 +197,13 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
     if baseline and baseline != settings.strategy:
         b_out = out.parent / f"{out.name}-{baseline}"
         b_chosen, b_arch, b_result, b_quality = make(replace(settings, strategy=baseline), b_out, f" ({baseline})")
-        base_report = {"strategy": baseline, "output": str(b_out), "architecture": b_chosen["architecture"],
-                       "quality": b_quality, "distill": b_result}
+        from autocompress.feasibility.evaluate import evaluate
+        from autocompress.report.feasibility import _arch, _evaluation
+
+        b_pred = _evaluation(evaluate(b_arch, spec, derived.profile, derived.device, derived.limits))
+        b_shape = _arch(b_arch, b_chosen["architecture"].get("importance_kept"))
+        base_report = {"strategy": baseline, "output": str(b_out), "architecture": b_shape, "quality": b_quality,
+                       "distill": b_result, "predicted": b_pred}
     from autocompress.report.build import write_build_report
 
     report = write_build_report(out, spec, spec_path, check.report, chosen, arch, parent, derived, settings, quality,

@@ -123,7 +123,13 @@ def _read(resolved: str, mtime_ns: int, shown: str) -> Profile:
     return Profile.from_dict(data, shown)
 
 
-def builtin_profile_path(device_kind: str, engine: str) -> Path:
+def builtin_profile_path(device_kind: str, engine: str, device_name: str | None = None) -> Path:
+    """The built-in profile: one measured by ``acc profile`` for this device (or device kind) when
+    the package ships one, else the labelled default."""
+    for stem in ([device_name] if device_name else []) + [device_kind]:
+        measured = PROFILE_DIR / f"{stem}-{engine}-measured.json"
+        if measured.is_file():
+            return measured
     return PROFILE_DIR / f"{device_kind}-{engine}-default.json"
 
 
@@ -134,7 +140,7 @@ def load_profile(path: str | Path | None, device, engine: str) -> Profile:
     would silently mis-predict. Generic profiles (hardware ``gpu``/``cpu``) apply to any device of
     that kind.
     """
-    p = Path(path) if path is not None else builtin_profile_path(device.kind, engine)
+    p = Path(path) if path is not None else builtin_profile_path(device.kind, engine, device.name)
     try:
         prof = _read(str(p.resolve()), p.stat().st_mtime_ns, str(p))
     except FileNotFoundError:

@@ -331,8 +331,12 @@ def export_architecture(
     overwrite: bool = False,
     **llama_globals: Any,
 ) -> Path:
-    """Llama when every block is the same full block, DeciLM otherwise (no remote code when possible)."""
+    """Llama when every block is the same full block, DeciLM otherwise (no remote code when possible).
+
+    transformers' LlamaConfig rejects a hidden size that is not a multiple of the head count (a
+    pruned hidden size such as 448 with 9 heads), so such a model is written as DeciLM too."""
     b0 = arch.blocks[0]
-    plain = arch.is_homogeneous() and b0.attention is not None and b0.ffn is not None
+    plain = (arch.is_homogeneous() and b0.attention is not None and b0.ffn is not None
+             and arch.hidden_size % arch.num_heads == 0)
     writer = export_llama if plain else export_decilm
     return writer(out_dir, arch, state_dict, tokenizer_dir, overwrite=overwrite, **llama_globals)

@@ -49,6 +49,7 @@ def write_build_report(out: Path, spec, spec_path, check_report, chosen, arch, p
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "total_s": round(total_seconds, 1),
         "feasibility_verdict": check_report["verdict"],
+        "parent_predicted": check_report.get("parent_costs"),
     }
     write_heatmap(out / "architecture.png", _shares(arch, parent.architecture))
     atomic_write_text(out / "autocompress-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
@@ -76,12 +77,20 @@ def render_build_markdown(r: dict) -> str:
         kl = f"{s['kl']:.4f}" if s["kl"] is not None else "-"
         t1 = f"{s['top1']:.1%}" if s["top1"] is not None else "-"
         out.append(f"| {kind} | {s['tokens']:,} | {pp:.2f} | {s['ppl']:.2f} | {kl} | {t1} |")
+    he = q.get("humaneval") or {}
+    if he.get("student"):
+        out += ["", f"HumanEval reference solutions ({he['student']['problems']} problems, "
+                    f"{he['student']['tokens']:,} tokens), mean log-prob per token: parent "
+                    f"{he['parent']['mean_logprob']:.4f}, student {he['student']['mean_logprob']:.4f}"]
     if r.get("baseline"):
         b = r["baseline"]
         out += ["", f"Uniform baseline (same importance, cost model, bounds and distillation budget): "
                     f"{b['architecture']['params'] / 1e6:,.1f}M params"]
         for kind, s in b["quality"]["student"].items():
             out.append(f"- {kind}: ppl {s['ppl']:.2f}, KL {s['kl']:.4f}, top-1 {s['top1']:.1%}")
+        bhe = (b["quality"].get("humaneval") or {}).get("student")
+        if bhe:
+            out.append(f"- HumanEval mean log-prob per token: {bhe['mean_logprob']:.4f}")
     out += ["", "### Architecture (per layer; `architecture.png` is the same as a heatmap)", "",
             "| layers | mixer | FFN |", "|---|---|---|"]
     out += [f"| {s} | {m} | {f} |" for s, m, f in layer_runs(a)]

