@@ -10,13 +10,15 @@ relaxed alone to find the smallest change that makes the contract feasible (``di
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from dataclasses import dataclass
 
 from autocompress.feasibility.evaluate import Evaluation, evaluate
 from autocompress.feasibility.importance import Importance
-from autocompress.feasibility.relax import LPResult, Relaxation, drop_least_kept, fix_layers, fix_structure, solve
-from autocompress.feasibility.rounding import arch_to_x, exact_check, round_repair_fill
+from autocompress.feasibility.relax import (LPResult, Relaxation, fix_layers, fix_structure, shed_order, solve,
+                                           structure_bound)
+from autocompress.feasibility.rounding import arch_to_x, exact_check, round_repair_fill, structure_infeasible
 from autocompress.feasibility.uniform import drop_order, uniform_search
 from autocompress.space import SearchSpace
 
@@ -66,14 +68,10 @@ def _structures(relax: Relaxation, x) -> list[list[dict]]:
     over-shedding removed), and whole-layer structures removing the least important layers."""
     groups = [[fix_structure(relax, x)]]
     fix = groups[0][0]
-    shed = []
-    for n in range(1, 2 * relax.L + 1):
-        fix = drop_least_kept(relax, x, fix)
-        if fix is None:
-            break
+    for n, (i, v) in enumerate(shed_order(relax, x, fix), 1):  # drop_least_kept, n times
+        fix = {**fix, i: 0.0, v: 0.0}
         if n & (n - 1) == 0:  # 1, 2, 4, 8, ...
-            shed.append(fix)
-    groups[0] += shed
+            groups[0].append(fix)
     if relax.space.allows("depth"):
         order = drop_order(relax)
         groups += [[fix_layers(relax, set(order[:round(share * relax.L)]))] for share in STRUCTURE_DEPTH_SHARES]
@@ -87,9 +85,20 @@ def _best_candidate(relaxes, results, profile, device, importance, limits, seed=
     so the start never keeps less importance than the baseline."""
     order = sorted((r for r in results if r.x is not None),
                    key=lambda r: -r.value * importance.hidden_factor(r.d, relaxes[r.d].parent.hidden_size))
+    pool = []
+    if seed is not None:
+        d, x_seed = seed
+        x, moves, score = round_repair_fill(relaxes[d], x_seed)
+        if score is not None:
+            pool.append((score, d, math.nan, x, moves))
+    # Branch and bound below rounds a structure only if its LP bound beats every candidate so
+    # far, the seed included: a structure whose bound cannot (``structure_bound``, an upper bound
+    # on its LP objective) is never solved. The margin stays clear of the solver's tolerance.
+    floor = pool[0][0] - 1e-6 if pool else -math.inf
     fixed_points = []
     for r in order[:TOP_HIDDEN]:
         relax = relaxes[r.d]
+        factor = importance.hidden_factor(r.d, relax.parent.hidden_size)
         tried = set()
         for group in _structures(relax, r.x):
             # Keep decisions pinned, widths re-optimized: the LP is loose on the fixed per-sub-block
@@ -99,20 +108,17 @@ def _best_candidate(relaxes, results, profile, device, importance, limits, seed=
                 if key in tried:
                     continue
                 tried.add(key)
+                if structure_bound(relax, fix) * factor <= floor:  # could never be rounded
+                    continue
+                if structure_infeasible(relax, fix):  # its smallest point already breaks a bound
+                    continue
                 fixed = solve(relax, fix=fix)
                 if fixed.x is not None:
-                    bound = fixed.value * importance.hidden_factor(r.d, relax.parent.hidden_size)
-                    fixed_points.append((bound, r.d, r.value, fixed.x))
+                    fixed_points.append((fixed.value * factor, r.d, r.value, fixed.x))
                     break
     # Branch and bound: a pinned LP's objective bounds what rounding can reach, so structures are
     # rounded best bound first and the rest skipped once one candidate beats their bound.
     fixed_points.sort(key=lambda c: -c[0])
-    pool = []
-    if seed is not None:
-        d, x_seed = seed
-        x, moves, score = round_repair_fill(relaxes[d], x_seed)
-        if score is not None:
-            pool.append((score, d, math.nan, x, moves))
     for bound, d, value, x_lp in fixed_points:
         if pool and bound <= max(c[0] for c in pool):
             break
@@ -135,15 +141,22 @@ def _bound_names(spec) -> list[tuple[str, str, str, float]]:
     return out
 
 
-def _best_value(spec, relaxes, name: str, metric: str, value: float, drop: frozenset) -> float | None:
-    """The best value of one bound over the hidden grid with ``drop`` left out (relaxation)."""
-    best_norm = math.inf
-    for relax in relaxes.values():
-        r = solve(relax, objective=name, drop=drop)
-        if r.x is not None:
-            best_norm = min(best_norm, r.value)
-    if not math.isfinite(best_norm):
+def _values(relaxes, name: str, drop: frozenset, skip=frozenset()) -> dict[int, float | None]:
+    """Per hidden size, the LP's best normalized value of one bound (> 1 violates) with ``drop``
+    left out; None where infeasible (hidden sizes in ``skip`` are known to be)."""
+    out = {}
+    for d, relax in relaxes.items():
+        r = None if d in skip else solve(relax, objective=name, drop=drop)
+        out[d] = r.value if r is not None and r.x is not None else None
+    return out
+
+
+def _best_value(values: dict, metric: str, value: float) -> float | None:
+    """The best value over the hidden grid, in the bound's units."""
+    found = [v for v in values.values() if v is not None]
+    if not found:
         return None
+    best_norm = min(found)
     if metric == "throughput":  # the LP bounds E2E <= c*out/X; turn the best E2E back into tok/s
         return value / best_norm
     return best_norm * value
@@ -151,12 +164,17 @@ def _best_value(spec, relaxes, name: str, metric: str, value: float, drop: froze
 
 def _diagnose(spec, relaxes) -> tuple[Diagnosis, ...]:
     """For each bound: the best value reachable with every other bound kept; where the others
-    conflict among themselves, the floor with every other bound dropped."""
+    conflict among themselves, the floor with every other bound dropped.
+
+    A bound out of reach even alone at a hidden size (its floor above the bound) makes every LP
+    that keeps it infeasible there: those are not solved (infeasible is what they would say)."""
     out = []
     names = _bound_names(spec)
     everything = frozenset(n for n, *_ in names) | {"memory"}
+    unreachable: dict[int, set[str]] = {d: set() for d in relaxes}  # per hidden size, bounds no point meets
     for name, metric, op, value in names:
-        best = _best_value(spec, relaxes, name, metric, value, frozenset({name}))
+        known = frozenset(d for d, out_of_reach in unreachable.items() if out_of_reach - {name})
+        best = _best_value(_values(relaxes, name, frozenset({name}), known), metric, value)
         basis = "others kept"
         if best is not None:
             ok = best >= value if metric == "throughput" else best <= value
@@ -164,7 +182,11 @@ def _diagnose(spec, relaxes) -> tuple[Diagnosis, ...]:
                     "out of reach with the other bounds kept")
         else:
             basis = "alone"
-            best = _best_value(spec, relaxes, name, metric, value, everything)
+            alone = _values(relaxes, name, everything)
+            for d, v in alone.items():
+                if v is None or v > 1.0 + 1e-6:  # margin: clear of the solver's tolerance
+                    unreachable[d].add(name)
+            best = _best_value(alone, metric, value)
             if best is None:
                 note = "no architecture in the search space reaches it"
             else:
@@ -182,7 +204,8 @@ def assess(spec, parent_arch, profile, device, space: SearchSpace, importance: I
     parent_eval = evaluate(parent_arch, spec, profile, device, limits)
     relaxes = {d: Relaxation(parent_arch, d, spec, profile, device, space, importance, limits)
                for d in space.hidden_grid}
-    results: list[LPResult] = [solve(r) for r in relaxes.values()]
+    with tempfile.TemporaryDirectory(prefix="acc-lp-") as basis_dir:  # each LP starts from the last one's basis
+        results: list[LPResult] = [solve(r, basis_dir=basis_dir) for r in relaxes.values()]
     uniform, seed = None, None
     found = uniform_search(relaxes, profile, device, limits)
     if found is not None:

@@ -10,7 +10,15 @@ as fallback), so while cvxpy imports:
 * ``osqp``, ``scs`` and ``scipy.optimize`` are marked absent (``sys.modules[name] = None`` makes
   their import raise ModuleNotFoundError, which cvxpy's solver probe treats as "not installed").
 
-Every stand-in is removed right after, so later imports of these modules get the real ones; only
+* ``scipy.linalg``, ``scipy.sparse.linalg`` and ``pydoc`` (scipy's docstring scraper), ~0.1 s, are
+  bound by name at import and used only inside functions: they are deferred, i.e. replaced by a
+  stand-in that imports the real module on its first attribute access;
+* NumPy's lazily loaded submodules (``f2py``, ``testing``, ``ma``, ``polynomial``, ``ctypeslib``),
+  ~0.1 s: scipy's array-API layer copies every public name of ``numpy``, which imports them all;
+  while cvxpy imports, ``numpy`` carries deferred stand-ins under those names.
+
+Every stand-in is removed right after, so later imports of these modules get the real ones; the
+deferred ones left in cvxpy's and scipy's namespaces turn into the real module on first use. Only
 cvxpy's own list of installed solvers, in this process, lacks OSQP, SCS and SCIPY.
 ``bench/check_latency.py`` measures the effect.
 """
@@ -23,6 +31,10 @@ import types
 
 _ABSENT = ("osqp", "scs", "scipy.optimize")
 _LAZY = ("scipy.special",)  # cvxpy's entropy / log-sum-exp atoms take functions from it at import
+# Bound by name at import and used inside functions; the names taken from them at import time,
+# all functions, become stand-ins too (cvxopt_conif: ``from scipy.sparse.linalg import eigsh``).
+_DEFERRED = {"scipy.linalg": (), "scipy.sparse.linalg": ("eigsh",), "pydoc": ()}
+_NUMPY_DEFERRED = ("f2py", "testing", "ma", "polynomial", "ctypeslib")  # not numpy.random: scipy reads it
 
 
 class _LazyModule(types.ModuleType):
@@ -42,6 +54,30 @@ class _LazyModule(types.ModuleType):
 
         call.__name__ = attr
         return call
+
+
+class _Deferred(types.ModuleType):
+    """Stands in for a module that is only bound by name while cvxpy imports: the first attribute
+    access imports the real module and reads the attribute from it (``calls``: functions taken
+    from it during the import, each a stand-in that imports the module when called)."""
+
+    def __init__(self, name: str, calls: tuple[str, ...] = ()):
+        super().__init__(name)
+        self._calls = calls
+
+    def __getattr__(self, attr):
+        if attr.startswith("__") and attr.endswith("__") or attr == "_calls":
+            raise AttributeError(attr)
+        import importlib
+
+        name = self.__name__
+        if sys.modules.get(name) is self:  # still inside the import window
+            if attr in self._calls:
+                return _LazyModule(name).__getattr__(attr)
+            del sys.modules[name]
+        real = importlib.import_module(name)
+        self.__dict__[attr] = value = getattr(real, attr)  # later reads skip __getattr__
+        return value
 
 
 def cvxpy():
@@ -65,13 +101,24 @@ def cvxpy():
     for name in _LAZY:
         if name not in sys.modules:
             planted[name] = _LazyModule(name)
+    for name, calls in _DEFERRED.items():
+        if name not in sys.modules:
+            planted[name] = _Deferred(name, calls)
+    import numpy
+
+    np_planted = {attr: _Deferred(f"numpy.{attr}") for attr in _NUMPY_DEFERRED
+                  if f"numpy.{attr}" not in sys.modules and attr not in numpy.__dict__}
     sys.modules.update(planted)
+    numpy.__dict__.update(np_planted)
     try:
         import cvxpy as cp
     finally:
         for name, obj in planted.items():
             if sys.modules.get(name, 0) is obj:
                 del sys.modules[name]
+        for attr, obj in np_planted.items():
+            if numpy.__dict__.get(attr) is obj:
+                del numpy.__dict__[attr]
     _silence_highs_banner()
     return cp
 

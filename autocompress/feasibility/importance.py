@@ -65,35 +65,59 @@ class Importance:
     def hidden_factor(self, d: int, d_parent: int) -> float:
         return _interp(self.hidden_curve, d / d_parent)
 
+    def _tables(self, parent: Architecture) -> dict:
+        """Per-layer arrays of the score: weights, the parent's sizes, curves (rows = layers)."""
+        return {
+            "alpha": np.array(self.alpha), "beta": np.array(self.beta),
+            "kv_at": np.array([b.mixer.kv_heads if isinstance(b.mixer, Attention) else 1 for b in parent.blocks], float),
+            "w_at": np.array([b.ffn.width if isinstance(b.ffn, MLP) else b.ffn.experts if isinstance(b.ffn, MoE) else 1
+                              for b in parent.blocks], float),
+            "is_att": np.array([isinstance(b.mixer, Attention) for b in parent.blocks]),
+            "kv_c": np.array(self.kv_curves, float), "ffn_c": np.array(self.ffn_curves, float),
+        }
+
     def scorer(self, parent: Architecture):
         """A fast ``score`` over the LP's x vectors (a, k, g, w per layer), for the repair loops."""
         L = parent.num_layers
-        alpha, beta = np.array(self.alpha), np.array(self.beta)
-        kv_at = np.array([b.mixer.kv_heads if isinstance(b.mixer, Attention) else 1 for b in parent.blocks], float)
-        w_at = np.array([b.ffn.width if isinstance(b.ffn, MLP) else b.ffn.experts if isinstance(b.ffn, MoE) else 1
-                         for b in parent.blocks], float)
-        is_att = np.array([isinstance(b.mixer, Attention) for b in parent.blocks])
-        kv_c, ffn_c = np.array(self.kv_curves, float), np.array(self.ffn_curves, float)
-        xs_k, xs_f = np.linspace(0, 1, kv_c.shape[1]), np.linspace(0, 1, ffn_c.shape[1])
-
-        def interp_rows(curves, xs, frac):  # frac: (n, L); row l of ``curves`` for column l
-            frac = np.clip(frac, 0.0, 1.0)
-            pos = frac * (len(xs) - 1)
-            i = np.minimum(pos.astype(int), len(xs) - 2)
-            t = pos - i
-            cols = np.arange(frac.shape[1])[None, :]
-            return curves[cols, i] * (1 - t) + curves[cols, i + 1] * t
+        t = self._tables(parent)
+        cols = np.arange(L)[None, :]
 
         def score_x(x: np.ndarray, factor: float):
             """Scores of one point (4L,) -> float, or of many (n, 4L) -> array."""
             X = np.atleast_2d(x)
             a, k, g, w = X[:, :L], X[:, L:2 * L], X[:, 2 * L:3 * L], X[:, 3 * L:]
-            attn = np.where(is_att, 0.5 * (a + a * interp_rows(kv_c, xs_k, k / kv_at)), a)
-            ffn = g * interp_rows(ffn_c, xs_f, w / w_at)
-            out = factor * (attn @ alpha + ffn @ beta)
+            attn = np.where(t["is_att"], 0.5 * (a + a * _interp_rows(t["kv_c"], cols, k / t["kv_at"])), a)
+            ffn = g * _interp_rows(t["ffn_c"], cols, w / t["w_at"])
+            out = factor * (attn @ t["alpha"] + ffn @ t["beta"])
             return float(out[0]) if x.ndim == 1 else out
 
         return score_x
+
+    def layer_scorer(self, parent: Architecture):
+        """The same score, one layer at a time: ``part(layers, Y)`` is what layer ``layers[i]``
+        contributes with sizes ``Y[i]`` = (a, k, g, w), before the hidden factor. The score of a
+        point is the sum of its layers' parts, so a move within one layer changes it by the
+        difference of that layer's parts (the repair loops' moves)."""
+        t = self._tables(parent)
+
+        def part(layers: np.ndarray, Y: np.ndarray) -> np.ndarray:
+            a, k, g, w = Y.T
+            kv = _interp_rows(t["kv_c"], layers, k / t["kv_at"][layers])
+            attn = np.where(t["is_att"][layers], 0.5 * (a + a * kv), a)
+            ffn = g * _interp_rows(t["ffn_c"], layers, w / t["w_at"][layers])
+            return attn * t["alpha"][layers] + ffn * t["beta"][layers]
+
+        return part
+
+
+def _interp_rows(curves: np.ndarray, rows, frac: np.ndarray) -> np.ndarray:
+    """Piecewise-linear interpolation of curve ``rows`` (evenly spaced on [0, 1]) at ``frac``,
+    elementwise (``rows`` broadcasts against ``frac``)."""
+    n = curves.shape[1]
+    pos = np.clip(frac, 0.0, 1.0) * (n - 1)
+    i = np.minimum(pos.astype(int), n - 2)
+    t = pos - i
+    return curves[rows, i] * (1 - t) + curves[rows, i + 1] * t
 
 
 def prior_importance(parent: Architecture) -> Importance:

@@ -5,18 +5,20 @@
    a sub-block removed) with the most violation removed per importance lost;
 3. **fill** the slack rounding left: the reverse moves, best importance gained per cost added.
 
-Moves are scored in the LP's own variables with its numeric model (vectorized over all candidate
-moves at once). That model is exact at integer points except for the midpoint rule over a batch
-workload's decode steps, so the exact cost model judges the result and, if it disagrees, the
-repair continues under the exact model.
+Moves are scored in the LP's own variables with its numeric model (``_numeric``), all candidate
+moves at once and each from its own layer's terms. That model is exact at integer points except
+for the midpoint rule over a batch workload's decode steps, so the exact cost model judges the
+result and, if it disagrees, the repair continues under the exact model.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autocompress.feasibility._numeric import layer_terms, move_deltas, numeric, relaxed_batch
 from autocompress.feasibility.evaluate import Evaluation, evaluate
 from autocompress.feasibility.relax import A, G, K, W, Relaxation
 from autocompress.ir import MLP, Architecture, Attention, Block, MoE
@@ -72,124 +74,159 @@ def arch_to_x(relax: Relaxation, arch: Architecture) -> np.ndarray:
     return x
 
 
-# ---- the numeric model, vectorized over candidates -------------------------------------------
-
-def _numeric(relax: Relaxation) -> dict:
-    cache = relax.__dict__.setdefault("_numeric", {})
-    if not cache:
-        from scipy import sparse  # already loaded by cvxpy; epigraph rows have two nonzeros each
-
-        L, nt = relax.L, relax.nt
-        rows = relax.bound_rows()
-        cache["P"], cache["Q"] = relax.epigraph_matrices()
-        cache["names"] = list(rows) + ["memory"]
-        cache["R"] = sparse.csr_matrix(np.array([r / lim for _, r, lim in rows.values()]).reshape(len(rows), 5 * L + nt))
-        cache["c"] = np.array([c / lim for c, _, lim in rows.values()])
-        cache["kv"] = np.array([kv for _, kv in relax.mem_kvs])
-    return cache
-
-
-def relaxed_batch(relax: Relaxation, X: np.ndarray) -> np.ndarray:
-    """Normalized bound values (> 1 violates) for each row of X: shape (n, bounds + memory)."""
-    n = _numeric(relax)
+def structure_floor(relax: Relaxation, fix: dict) -> np.ndarray:
+    """The smallest point of a pinned structure (``relax.fix_structure``'s dicts): removed
+    sub-blocks at 0, kept ones at their smallest size, free keep variables at their lower bound."""
     L = relax.L
-    u = np.maximum(X[:, A * L:(A + 1) * L], X[:, G * L:(G + 1) * L])
-    t = np.maximum(n["P"] @ X.T, n["Q"] @ X.T).T
-    vals = (n["R"] @ np.hstack([X, u, t]).T).T + n["c"]
-    kv = np.maximum(X @ n["kv"].T, relax.mem_floor).max(axis=1)
-    mem = (relax.mem_const + X @ relax.mem_w + kv) / relax.mem_limit
-    return np.hstack([vals, mem[:, None]])
+    x = np.zeros(4 * L)
+    for keep, var in ((A, K), (G, W)):
+        k = slice(keep * L, (keep + 1) * L)
+        v = slice(var * L, (var + 1) * L)
+        x[k] = relax.lo[k]
+        for i, val in fix.items():
+            if keep * L <= i < (keep + 1) * L:
+                x[i] = val
+        x[v] = np.where(x[k] > 0, np.maximum(relax.lo[v], relax.kept_min[v]), 0.0)
+    for i, val in fix.items():  # sizes pinned explicitly (to 0 with their sub-block)
+        if i // L in (K, W):
+            x[i] = val
+    return x
 
 
-def relaxed_values(relax: Relaxation, x: np.ndarray) -> dict[str, float]:
-    """The same for one point, by name."""
-    return dict(zip(_numeric(relax)["names"], relaxed_batch(relax, x[None, :])[0]))
+def structure_infeasible(relax: Relaxation, fix: dict, margin: float = 1e-6) -> bool:
+    """True when the structure's LP is infeasible for a reason seen without solving it: its smallest
+    point already violates a bound (every cost grows with every size), or its largest keeps too few
+    parameters (the space's ``min_keep``). ``margin`` stays clear of the solver's tolerance."""
+    low = structure_floor(relax, fix)
+    if (relaxed_batch(relax, low[None, :])[0] > 1.0 + margin).any():
+        return True
+    L = relax.L
+    high = low.copy()
+    for keep, var in ((A, K), (G, W)):
+        kept = low[keep * L:(keep + 1) * L] > 0
+        high[var * L:(var + 1) * L] = np.where(kept, relax.hi[var * L:(var + 1) * L], low[var * L:(var + 1) * L])
+    parent_params = float(relax.param_lin @ relax.at) * (relax.parent.hidden_size / relax.d)
+    return float(high @ relax.param_lin) < relax.space.min_keep * parent_params * (1.0 - margin)
 
 
 # ---- moves ----------------------------------------------------------------------------------
 
-def _moves(relax: Relaxation, x: np.ndarray, down: bool) -> np.ndarray:
-    """All single moves from x as rows of a matrix (possibly empty)."""
-    L, sp, out = relax.L, relax.space, []
-    kvs = sorted(sp.kv_choices)
-    for l, p in enumerate(relax.parent.blocks):
-        def put(**changes):
-            y = x.copy()
-            for (kind, val) in changes.values():
-                y[kind * L + l] = val
-            out.append(y)
-        a, k, g, w = x[A * L + l], x[K * L + l], x[G * L + l], x[W * L + l]
-        if isinstance(p.mixer, Attention) and kvs:
-            can_drop = relax.lo[A * L + l] < 1
-            if down and a:
-                lower = [c for c in kvs if c < k]
-                if lower:
-                    put(k=(K, lower[-1]))
-                if can_drop:
-                    put(a=(A, 0), k=(K, 0))
-            elif not down:
-                if not a and relax.hi[A * L + l]:
-                    put(a=(A, 1), k=(K, kvs[0]))
-                elif a:
-                    higher = [c for c in kvs if k < c <= relax.hi[K * L + l]]
-                    if higher:
-                        put(k=(K, higher[0]))
-        if isinstance(p.ffn, MLP) and relax.hi[W * L + l] > relax.lo[W * L + l]:
-            step = min(sp.ffn_step, p.ffn.width)
-            can_drop = relax.lo[G * L + l] < 1
-            if down and g:
-                for n in MULTI_STEPS:  # several step sizes: long walks take few iterations
-                    if w - n * step >= step:
-                        put(w=(W, w - n * step))
-                if can_drop:
-                    put(g=(G, 0), w=(W, 0))
-            elif not down:
-                if not g:  # re-add an FFN at the smallest width or at the parent's
-                    put(g=(G, 1), w=(W, step))
-                    put(g=(G, 1), w=(W, p.ffn.width))
-                for n in MULTI_STEPS:
-                    if g and w + n * step <= p.ffn.width:
-                        put(w=(W, w + n * step))
-        elif isinstance(p.ffn, MoE) and sp.expert_choices and g:
-            es = sorted(sp.expert_choices)
-            lower = [e for e in es if e < w]
-            higher = [e for e in es if w < e <= p.ffn.experts]
-            if down and lower:
-                put(w=(W, lower[-1]))
-            elif not down and higher:
-                put(w=(W, higher[0]))
-    return np.array(out).reshape(len(out), 4 * L)
+def _layers(relax: Relaxation) -> dict:
+    """Per-layer constants of the move generator (what each layer has and may lose)."""
+    cache = relax.__dict__.setdefault("_layers", {})
+    if not cache:
+        L, sp, lo, hi = relax.L, relax.space, relax.lo, relax.hi
+        blocks = relax.parent.blocks
+        cache["att"] = np.array([isinstance(b.mixer, Attention) for b in blocks]) & bool(sp.kv_choices)
+        cache["mlp"] = np.array([isinstance(b.ffn, MLP) for b in blocks]) & (hi[W * L:] > lo[W * L:])
+        cache["moe"] = np.array([isinstance(b.ffn, MoE) for b in blocks]) & bool(sp.expert_choices)
+        cache["width"] = np.array([b.ffn.width if isinstance(b.ffn, MLP) else 0 for b in blocks], float)
+        cache["step"] = np.minimum(sp.ffn_step, cache["width"])
+        cache["experts"] = np.array([b.ffn.experts if isinstance(b.ffn, MoE) else 0 for b in blocks], float)
+        cache["kvs"] = np.array(sorted(sp.kv_choices) or [0], float)
+        cache["es"] = np.array(sorted(sp.expert_choices) or [0], float)
+        cache["drop_a"], cache["drop_g"] = lo[A * L:(A + 1) * L] < 1, lo[G * L:(G + 1) * L] < 1
+        cache["hi_a"], cache["hi_k"] = hi[A * L:(A + 1) * L] > 0, hi[K * L:(K + 1) * L]
+    return cache
 
 
-def _step(relax, x, score, min_params, down: bool, bad: np.ndarray | None) -> np.ndarray | None:
-    X = _moves(relax, x, down)
-    if not len(X):
+def _moves(relax: Relaxation, x: np.ndarray, down: bool) -> tuple[np.ndarray, np.ndarray]:
+    """All single moves from x, layer by layer, each layer's in a fixed order (attention, then
+    FFN; smaller steps first): (layer of each move, its sizes (a, k, g, w) there), possibly empty.
+    Every move changes one layer."""
+    c, L = _layers(relax), relax.L
+    a, k, g, w = (x[kind * L:(kind + 1) * L] for kind in (A, K, G, W))
+    on_a, on_g = a != 0, g != 0
+    kvs, es, step = c["kvs"], c["es"], c["step"]
+    slots: list[tuple[np.ndarray, list]] = []  # (valid per layer, [(kind, value per layer)])
+    if down:
+        i = np.searchsorted(kvs, k, "left") - 1  # the largest KV choice below k
+        slots.append((c["att"] & on_a & (i >= 0), [(K, kvs[np.maximum(i, 0)])]))
+        slots.append((c["att"] & on_a & c["drop_a"], [(A, 0.0), (K, 0.0)]))
+        for n in MULTI_STEPS:  # several step sizes: long walks take few iterations
+            slots.append((c["mlp"] & on_g & (w - n * step >= step), [(W, w - n * step)]))
+        slots.append((c["mlp"] & on_g & c["drop_g"], [(G, 0.0), (W, 0.0)]))
+        j = np.searchsorted(es, w, "left") - 1
+        slots.append((c["moe"] & on_g & (j >= 0), [(W, es[np.maximum(j, 0)])]))
+    else:
+        slots.append((c["att"] & ~on_a & c["hi_a"], [(A, 1.0), (K, kvs[0])]))
+        i = np.searchsorted(kvs, k, "right")  # the smallest KV choice above k
+        nxt = kvs[np.minimum(i, len(kvs) - 1)]
+        slots.append((c["att"] & on_a & (i < len(kvs)) & (nxt <= c["hi_k"]), [(K, nxt)]))
+        # re-add an FFN at the smallest width or at the parent's
+        slots.append((c["mlp"] & ~on_g, [(G, 1.0), (W, step)]))
+        slots.append((c["mlp"] & ~on_g, [(G, 1.0), (W, c["width"])]))
+        for n in MULTI_STEPS:
+            slots.append((c["mlp"] & on_g & (w + n * step <= c["width"]), [(W, w + n * step)]))
+        j = np.searchsorted(es, w, "right")
+        nxt_e = es[np.minimum(j, len(es) - 1)]
+        slots.append((c["moe"] & on_g & (j < len(es)) & (nxt_e <= c["experts"]), [(W, nxt_e)]))
+    valid = np.stack([v for v, _ in slots], axis=1)  # (L, slots): row-major order = layer by layer
+    layer, slot = np.nonzero(valid)
+    Y = x[layer_terms(relax)["idx"][layer]]
+    for s, (_, changes) in enumerate(slots):
+        rows = np.nonzero(slot == s)[0]
+        for kind, value in changes:
+            Y[rows, kind] = value[layer[rows]] if isinstance(value, np.ndarray) else value
+    return layer, Y
+
+
+def _apply(relax: Relaxation, x: np.ndarray, layer: int, y: np.ndarray) -> np.ndarray:
+    out = x.copy()
+    out[layer_terms(relax)["idx"][layer]] = y
+    return out
+
+
+def _step(relax, x, obj: _Objective, down: bool, bad: np.ndarray | None) -> np.ndarray | None:
+    """The best single move from x: down, the most violation removed (of the ``bad`` values) per
+    importance lost; up, the most importance gained per normalized cost added, among moves that
+    keep every bound. Moves are scored by their layer's change (``move_deltas``); the chosen up
+    move is re-checked on the whole point."""
+    layers, Y = _moves(relax, x, down)
+    if not len(layers):
         return None
-    X = X[X @ relax.param_lin >= min_params] if down else X
-    if not len(X):
-        return None
-    base = relaxed_batch(relax, x[None, :])[0]
-    vals = relaxed_batch(relax, X)
-    s0, s = score(x), score(X)
+    c = layer_terms(relax)
+    Y0 = x[c["idx"][layers]]
+    if down:
+        params = float(x @ relax.param_lin) + ((Y - Y0) * c["params"][layers]).sum(axis=1)
+        keep = params >= obj.min_params
+        layers, Y, Y0 = layers[keep], Y[keep], Y0[keep]
+        if not len(layers):
+            return None
+    dv = move_deltas(relax, x, layers, Y, Y0)
+    ds = obj.delta(layers, Y, Y0)
     if down:  # most violation removed per importance lost
-        gain = np.clip(base - vals, 0, None)[:, bad].sum(axis=1)
-        ratio = gain / np.maximum(s0 - s, 1e-12)
+        gain = np.clip(-dv, 0, None)[:, bad].sum(axis=1)
+        ratio = gain / np.maximum(-ds, 1e-12)
         i = int(np.argmax(ratio))
-        return X[i] if gain[i] > 0 else None
-    ok = (vals <= 1.0).all(axis=1) & (s > s0)  # best importance gained per cost added
-    if not ok.any():
-        return None
-    cost = np.clip(vals - base, 0, None).sum(axis=1) + 1e-12
-    ratio = np.where(ok, (s - s0) / cost, -np.inf)
-    return X[int(np.argmax(ratio))]
+        return _apply(relax, x, layers[i], Y[i]) if gain[i] > 0 else None
+    base = relaxed_batch(relax, x[None, :])[0]
+    ok = (base + dv <= 1.0).all(axis=1) & (ds > 0)  # best importance gained per cost added
+    cost = np.clip(dv, 0, None).sum(axis=1) + 1e-12
+    ratio = np.where(ok, ds / cost, -np.inf)
+    while ratio.size and np.isfinite(ratio.max()):
+        i = int(np.argmax(ratio))
+        y = _apply(relax, x, layers[i], Y[i])
+        if (relaxed_batch(relax, y[None, :])[0] <= 1.0).all():  # rounding in the deltas: judge the whole point
+            return y
+        ratio[i] = -np.inf
+    return None
 
 
-def _scorer(relax: Relaxation):
-    parent = relax.parent
-    score_x = relax.importance.scorer(parent)
-    factor = relax.importance.hidden_factor(relax.d, parent.hidden_size)
+@dataclass(frozen=True)
+class _Objective:
+    score: Callable  # x -> importance kept (with the hidden factor)
+    delta: Callable  # (layers, Y, Y0) -> change of the score when layer layers[i] goes from Y0[i] to Y[i]
+    min_params: float  # the space's floor on kept parameters
+
+
+def _scorer(relax: Relaxation) -> _Objective:
+    parent, imp = relax.parent, relax.importance
+    score_x, part = imp.scorer(parent), imp.layer_scorer(parent)
+    factor = imp.hidden_factor(relax.d, parent.hidden_size)
     min_params = relax.space.min_keep * float(relax.param_lin @ relax.at) * (parent.hidden_size / relax.d)
-    return (lambda y: score_x(y, factor)), min_params
+    return _Objective(lambda y: score_x(y, factor),
+                      lambda layers, Y, Y0: factor * (part(layers, Y) - part(layers, Y0)), min_params)
 
 
 def _round_up_prefix(relax: Relaxation, x_lp: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -221,7 +258,7 @@ def _round_up_prefix(relax: Relaxation, x_lp: np.ndarray, x: np.ndarray) -> np.n
 def round_repair_fill(relax: Relaxation, x_lp: np.ndarray, fill: bool = True):
     """Round an LP point down, round up what fits, repair and fill under the numeric model:
     (x, moves, importance), or (x, moves, None) when no move sequence satisfies every bound."""
-    score, min_params = _scorer(relax)
+    obj = _scorer(relax)
     x, moves = arch_to_x(relax, x_to_arch(relax, x_lp, floor=True)), 0
     if (relaxed_batch(relax, x[None, :])[0] <= 1.0).all():
         x = _round_up_prefix(relax, x_lp, x)
@@ -229,32 +266,32 @@ def round_repair_fill(relax: Relaxation, x_lp: np.ndarray, fill: bool = True):
         bad = relaxed_batch(relax, x[None, :])[0] > 1.0
         if not bad.any():
             break
-        y = _step(relax, x, score, min_params, True, bad)
+        y = _step(relax, x, obj, True, bad)
         if y is None:
             return x, moves, None
         x, moves = y, moves + 1
     if (relaxed_batch(relax, x[None, :])[0] > 1.0).any():
         return x, moves, None
     for _ in range(MAX_MOVES if fill else 0):  # fill
-        y = _step(relax, x, score, min_params, False, None)
+        y = _step(relax, x, obj, False, None)
         if y is None:
             break
         x, moves = y, moves + 1
-    return x, moves, score(x)
+    return x, moves, obj.score(x)
 
 
 def exact_check(relax: Relaxation, x: np.ndarray, profile, device) -> tuple[Architecture, Evaluation, int]:
     """Judge x with the exact cost model; where it disagrees with the numeric model (the batch
     decode quadrature), keep repairing under the exact model for a few moves."""
-    score, min_params = _scorer(relax)
+    obj = _scorer(relax)
     ev = evaluate(x_to_arch(relax, x), relax.spec, profile, device, relax.limits)
     moves = 0
-    names = _numeric(relax)["names"]
+    names = numeric(relax)["names"]
     for _ in range(EXACT_RETRIES):
         if ev.ok:
             break
         bad = np.array([any(c.name == n and not c.ok for c in ev.checks) for n in names])
-        y = _step(relax, x, score, min_params, True, bad if bad.any() else np.ones(len(names), bool))
+        y = _step(relax, x, obj, True, bad if bad.any() else np.ones(len(names), bool))
         if y is None:
             break
         x, moves = y, moves + 1

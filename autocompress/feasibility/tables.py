@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autocompress.feasibility.relax import A, G, K, W, Relaxation
-from autocompress.feasibility.rounding import relaxed_batch, _numeric
+from autocompress.feasibility._numeric import numeric, relaxed_batch
 from autocompress.ir import MLP, Attention
 
 
@@ -80,7 +80,7 @@ def cost_tables(relax: Relaxation) -> CostTables:
     (which equals the exact cost model at integer points; batch decode up to its midpoint rule)."""
     L = relax.L
     opts = options_for(relax)
-    names = tuple(_numeric(relax)["names"])
+    names = tuple(numeric(relax)["names"])
     x0 = relax.at.copy()
     for l in range(L):  # every compressible sub-block removed; frozen ones (Mamba, MoE) stay
         for keep, var in ((A, K), (G, W)):

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from autocompress.feasibility._numeric import relaxed_batch
 from autocompress.feasibility.evaluate import evaluate
 from autocompress.feasibility.relax import A, G, K, W, Relaxation
-from autocompress.feasibility.rounding import arch_to_x, relaxed_batch, x_to_arch
+from autocompress.feasibility.rounding import arch_to_x, x_to_arch
 from autocompress.ir import MLP
 
 DEPTH_SHARES = (0.0, 0.125, 0.25, 0.375, 0.5)  # shares of layers removed (Minitron: up to ~50%)
@@ -31,18 +32,22 @@ def drop_order(relax: Relaxation) -> list[int]:
     return order
 
 
-def _uniform_x(relax: Relaxation, dropped: set[int], kv: int, width: int) -> np.ndarray:
-    """The LP point of a uniform candidate: every kept layer gets the same KV heads and FFN width."""
+def _uniform_grid(relax: Relaxation, dropped: list[list[int]], kvs: list[int], widths: list[int]) -> np.ndarray:
+    """The LP points of the uniform candidates, one row each, in the order (depth, KV heads, FFN
+    width): every kept layer gets the same KV heads and FFN width (capped at its parent's)."""
     L = relax.L
-    x = relax.at.copy()  # frozen sub-blocks (Mamba mixers, MoE) stay at the parent's sizes
-    att = relax.at[K * L:(K + 1) * L] > 0
+    at = relax.at  # frozen sub-blocks (Mamba mixers, MoE) stay at the parent's sizes
+    att = at[K * L:(K + 1) * L] > 0
     mlp = np.array([isinstance(b.ffn, MLP) for b in relax.parent.blocks])
-    x[K * L:(K + 1) * L] = np.where(att, np.minimum(kv, relax.at[K * L:(K + 1) * L]), 0)
-    x[W * L:(W + 1) * L] = np.where(mlp, np.minimum(width, relax.at[W * L:(W + 1) * L]), x[W * L:(W + 1) * L])
-    for l in dropped:
+    X = np.broadcast_to(at, (len(dropped), len(kvs), len(widths), 4 * L)).copy()
+    kv = np.array(kvs, float)[:, None]
+    X[..., K * L:(K + 1) * L] = np.where(att, np.minimum(kv, at[K * L:(K + 1) * L]), 0)[None, :, None, :]
+    width = np.array(widths, float)[:, None]
+    X[..., W * L:] = np.where(mlp, np.minimum(width, at[W * L:]), at[W * L:])[None, None, :, :]
+    for i, layers in enumerate(dropped):
         for kind in (A, K, G, W):
-            x[kind * L + l] = 0
-    return x
+            X[i, :, :, kind * L + np.array(layers, int)] = 0
+    return X.reshape(-1, 4 * L)
 
 
 def uniform_search(relaxes: dict[int, Relaxation], profile, device, limits=None):
@@ -61,8 +66,7 @@ def uniform_search(relaxes: dict[int, Relaxation], profile, device, limits=None)
         factor = relax.importance.hidden_factor(d, relax.parent.hidden_size)
         parent_params = float(relax.param_lin @ relax.at) * (relax.parent.hidden_size / d)
         shares = DEPTH_SHARES if sp.allows("depth") else (0.0,)
-        X = np.array([_uniform_x(relax, set(order[:int(round(share * L))]), kv, width)
-                      for share in shares for kv in kvs for width in width_grid])
+        X = _uniform_grid(relax, [order[:int(round(share * L))] for share in shares], kvs, width_grid)
         X = X[X @ relax.param_lin >= sp.min_keep * parent_params]
         if not len(X):
             continue

@@ -1,8 +1,9 @@
 """Syntax: source text -> typed AST (``ast.SpecFile``), or every syntax error of the file.
 
-The Lark LALR parser is built once per process from ``grammar/acspec.lark`` and cached on disk
-(Lark's own cache, keyed by the grammar's hash), so ``acc check`` starts fast. Recovery: on an
-error we record a diagnostic, then repair the parse so the rest of the file is still checked:
+The Lark LALR parser of ``grammar/acspec.lark`` is loaded once per process from its tables,
+shipped as JSON (``_tables``: checked against the grammar's sha256; no pickle), so ``acc check``
+starts fast. Recovery: on an error we record a diagnostic, then repair the parse so the rest of
+the file is still checked:
   1. a section keyword or end of file inside an open block: insert the missing '}';
   2. a quoted name where a bare one belongs (or the reverse): substitute the token;
   3. a single missing token ('<=', '{', ',', a name): insert it if that lets the token through;
@@ -14,9 +15,7 @@ error we record a diagnostic, then repair the parse so the rest of the file is s
 from __future__ import annotations
 
 import functools
-import os
 import re
-from pathlib import Path
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -46,18 +45,6 @@ def suggest(got, allowed):
     return _suggest(got, allowed)
 
 
-def _cache_path() -> str | bool:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    d = Path(base) / "autocompress"
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    if not os.access(d, os.W_OK):
-        return False
-    return str(d / "acspec-lalr.cache")  # Lark checks the grammar's hash inside the file
-
-
 @functools.lru_cache(maxsize=1)
 def grammar_text() -> str:
     return resource("grammar/acspec.lark").read_text(encoding="utf-8")
@@ -65,14 +52,9 @@ def grammar_text() -> str:
 
 @functools.lru_cache(maxsize=1)
 def lark_parser() -> Lark:
-    opts = dict(parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=False)
-    cache = _cache_path()
-    if cache:
-        try:
-            return Lark(grammar_text(), cache=cache, **opts)
-        except Exception:  # an unreadable or foreign cache file: build without it
-            pass
-    return Lark(grammar_text(), **opts)
+    from autocompress.spec import _tables
+
+    return _tables.load(grammar_text())
 
 
 # ------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 from _feaskit import MiB, batch, ms, serve, setup, spec_for, tiny_arch
 
 from autocompress.feasibility import rounding
+from autocompress.feasibility._numeric import relaxed_values
 from autocompress.feasibility.evaluate import evaluate
 from autocompress.feasibility.importance import prior_importance
 from autocompress.feasibility.relax import Relaxation
@@ -39,7 +40,7 @@ def _relax_vs_exact(s, seed: int, n: int = 4):
             arch = random_arch(rng, s.arch, s.space, d)
             x = rounding.arch_to_x(relax, arch)
             assert rounding.x_to_arch(relax, x) == arch  # integer points round-trip
-            got = rounding.relaxed_values(relax, x)
+            got = relaxed_values(relax, x)
             ev = evaluate(arch, s.spec, s.profile, s.device, s.limits)
             yield arch, got, ev
 

@@ -79,6 +79,78 @@ def test_check_starts_fast():
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
-    subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, capture_output=True)  # warms the cache
+    subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, capture_output=True)  # warms the OS file cache
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, capture_output=True, text=True)
     assert float(out.stdout) < 1.5, out.stdout
+
+
+# ---- the shipped LALR tables (autocompress/spec/acspec.lalr.json): JSON, never pickle --------------
+
+def test_shipped_tables_match_the_grammar():
+    """Regenerate with `python -m autocompress.spec._tables` after editing grammar/acspec.lark."""
+    import json
+
+    import lark
+
+    from autocompress.spec import _tables
+    from autocompress.spec.parser import grammar_text, lark_parser
+
+    doc = json.loads(_tables.SHIPPED.read_text())
+    assert doc["grammar_sha256"] == _tables.grammar_sha256(grammar_text()), "stale: regenerate the tables"
+    assert doc["lark"] == lark.__version__, "built with another Lark: regenerate the tables"
+    fresh = lark.Lark(grammar_text(), **_tables.OPTIONS)
+    assert _tables.canonical(lark_parser()) == _tables.canonical(fresh)
+    assert lark_parser().options.propagate_positions is True
+
+
+def test_tables_round_trip_exactly():
+    """Tuples, integer keys and Tokens survive the JSON encoding: the loaded data is Lark's own."""
+    import json
+
+    import lark
+    from lark.grammar import Rule
+    from lark.lexer import TerminalDef
+
+    from autocompress.spec import _tables
+    from autocompress.spec.parser import grammar_text
+
+    parser = lark.Lark(grammar_text(), **_tables.OPTIONS)
+    data, memo = parser.memo_serialize([TerminalDef, Rule])
+    doc = _tables._parse(json.dumps(_tables.serialize(parser)))
+
+    def same(a, b):
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, dict):
+            return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, lark.Token):
+            return (a.type, str(a)) == (b.type, str(b))
+        return a == b
+
+    assert same(data, doc["data"]) and same(memo, doc["memo"])
+
+
+def test_edited_grammar_builds_and_caches_json(tmp_path, monkeypatch):
+    """Tables that do not match the grammar are never used: the parser is built from the grammar
+    and cached as JSON under the grammar's sha256; no pickle is loaded on any path."""
+    import pickle
+
+    from autocompress.spec import _tables
+    from autocompress.spec.parser import grammar_text
+
+    def no_pickle(*a, **k):
+        raise AssertionError("pickle loaded")
+
+    monkeypatch.setattr(pickle, "load", no_pickle)
+    monkeypatch.setattr(pickle, "loads", no_pickle)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    edited = grammar_text() + "\n// an edit\n"
+    built = _tables.load(edited)
+    cached = list((tmp_path / "autocompress").glob("acspec-lalr-*.json"))
+    assert len(cached) == 1 and not list(tmp_path.rglob("*.cache"))
+    monkeypatch.setattr(_tables, "document", no_pickle)  # the second load must come from the cache
+    again = _tables.load(edited)
+    assert _tables.canonical(again) == _tables.canonical(built)
+    assert _tables.load(grammar_text()) is not None  # the shipped tables: no build either
