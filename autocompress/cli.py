@@ -56,7 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", metavar="FILE", help="profile file to write (default: <hardware>-<engine>-measured.json)")
     pr.add_argument("--model", default="smollm2-135m", help="parent whose variants are measured (alias, folder, .gguf)")
     pr.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
-    pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 8 + 16 (a rough profile)")
+    pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 7 + 13 (a rough profile)")
+    pr.add_argument("--work", metavar="DIR", help="measurement cache and synthetic models (default: the acc cache); "
+                    "bench/costmodel_fidelity.py uses bench/work/profiling")
 
     f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
     f.add_argument("spec")
@@ -182,7 +184,7 @@ def _cmd_profile(args) -> int:
     out = args.out or f"{args.hardware}-{args.engine}-measured.json"
     try:
         run = run_profile(args.hardware, args.engine, out, model=args.model, threads=args.threads, quick=args.quick,
-                          log=lambda m: console.print(m, markup=False))
+                          root=args.work, log=lambda m: console.print(m, markup=False))
     except ProfileRunError as err:
         sys.stderr.write(f"acc profile: {err}\n")
         return EXIT_INVALID

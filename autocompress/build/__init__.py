@@ -118,7 +118,8 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
     # keyed without it, so builds of different specs in one work folder share them (issue 5's
     # benchmark builds four contracts on one parent); the search key adds the spec
     data_key = cache.key(parent.content_hash, k_data, __version__, str(settings.seed))
-    spec_key = cache.key(spec_bytes)
+    # the search reads the contract and the calibration profile: a re-measured profile re-searches
+    spec_key = cache.key(spec_bytes, Path(derived.profile.path).read_bytes() if derived.profile.path else b"")
 
     # ---- importance and the permuted (supernet) weights ----------------------------------------
     from safetensors.torch import load_file, save_file

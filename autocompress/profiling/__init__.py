@@ -84,6 +84,8 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike, model: str =
     if not ok:
         raise ProfileRunError(f"cannot profile engine {engine}: {why}")
     precision = precision or ("fp32" if device.kind == "cpu" else "bf16")
+    if device.kind == "cpu":
+        threads = threads or os.cpu_count()  # explicit, so measurements are keyed by the thread count used
     target = Target(hardware, engine, precision, precision)
     kind = "gguf" if model.endswith(".gguf") else ("alias" if "/" not in model and not os.path.isdir(model) else "hf_dir")
     parent = resolve_parent(ParentRef(kind, model), os.getcwd())

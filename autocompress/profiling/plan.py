@@ -18,8 +18,8 @@ WORKLOADS = (  # (workload, timed requests or iterations, warm-up rounds)
     (Workload("concurrent", 8, "batch", 128, 16), 2, 0),
 )
 
-CALIBRATION_ARCHS = 8  # the first N of ``synth.variants`` (the parent first) fit the profile
-HELDOUT_ARCHS = 16  # the next M are never seen by the fit: the fidelity benchmark's test set
+CALIBRATION_ARCHS = 7  # the first N of ``synth.variants`` (the parent first) fit the profile
+HELDOUT_ARCHS = 13  # the next M are never seen by the fit: the fidelity benchmark's test set
 
 
 def workloads() -> list[Workload]:

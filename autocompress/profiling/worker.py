@@ -7,7 +7,8 @@ KV space, allocator caches) never counts against the next, and the whole-process
 memory is what a user's serving process would show. The request names the model folder, the
 target, the engine limits, the workloads and the run settings; the result holds each workload's
 ``Measurement`` (every sample kept), the process's peak RSS, the load time and the load average
-before and after (these 2-core machines are shared: a busy host is visible in the data).
+before and after, and per workload ``other_cpu``: the CPU cores other processes used while it ran
+(these 2-core machines are shared: a busy neighbour is visible in the data).
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ def _peak_rss_total() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process), for ``other_cpu``."""
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(v[:3]) + sum(v[5:8])  # user nice system + irq softirq steal (idle, iowait excluded)
+    t = os.times()
+    return busy / hz, t.user + t.system
 
 
 def run_request(req: dict) -> dict:
@@ -45,8 +56,13 @@ def run_request(req: dict) -> dict:
             s = RunSettings(warmup=w.get("warmup", settings.warmup),
                             iterations=w.get("iterations", settings.iterations),
                             requests=w.get("requests", settings.requests))
+            t0, (busy0, own0) = time.perf_counter(), _cpu_seconds()
             m = eng.run(wl, seed=req.get("seed", 0), settings=s)
+            wall, (busy1, own1) = time.perf_counter() - t0, _cpu_seconds()
             d = asdict(m)
+            # CPU used by other processes while this workload ran, in cores: a busy neighbour on a
+            # 2-core host slows OpenMP decoding several-fold, so such a run must be redone
+            d["other_cpu"] = max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall)
             d["loadavg_after"] = os.getloadavg()[0]
             out["measurements"].append(d)
         out["block_size"] = getattr(eng, "block_size", None)

@@ -39,10 +39,17 @@ def render_verify_markdown(r: dict) -> str:
         out += ["", "Margin = (bound - measured) / bound for upper bounds, (measured - bound) / bound for throughput; "
                     "memory is the serving process's peak resident memory (VmHWM). Latencies are medians over the "
                     "timed requests unless the bound names a percentile.", "",
-                "| workload | requests | TTFT median | TPOT median | E2E median | throughput |", "|---|---|---|---|---|---|"]
+                "| workload | requests | TTFT median | TPOT median | E2E median | throughput | other processes |",
+                "|---|---|---|---|---|---|---|"]
         for w in m["measurements"]:
+            other = w.get("other_cpu")
             out.append(f"| {w['workload']} | {w['n']} (+{w['warmup']} warm-up) | {w['ttft_s'] * 1e3:.1f} ms | "
-                       f"{w['tpot_s'] * 1e3:.2f} ms | {w['e2e_s']:.3f} s | {w['throughput_tok_s']:.1f} tok/s |")
+                       f"{w['tpot_s'] * 1e3:.2f} ms | {w['e2e_s']:.3f} s | {w['throughput_tok_s']:.1f} tok/s | "
+                       f"{'-' if other is None else f'{other:.2f} cores'} |")
+        busy = max((w.get("other_cpu") or 0.0) for w in m["measurements"])
+        if busy > 0.05:
+            out += ["", f"**Warning**: other processes used up to {busy:.2f} CPU cores while the workloads ran; on a "
+                        "shared host the measured latencies are pessimistic. Re-run `acc verify` on an idle machine."]
     else:
         out += ["", f"Nothing was measured ({r['environment'].removeprefix('not measured: ')}). "
                     "The numbers below are predictions.", "",

@@ -8,20 +8,38 @@ import pytest
 from autocompress.catalog.hardware import HARDWARE
 from autocompress.cost.profile import PROFILE_DIR, ProfileError, load_profile, validate_profile
 
-BUILTIN = ["gpu-vllm-default", "gpu-transformers-default", "cpu-vllm-default", "cpu-transformers-default"]
+DEFAULTS = ["gpu-vllm-default", "gpu-transformers-default", "cpu-vllm-default", "cpu-transformers-default"]
+MEASURED = ["cpu-vllm-measured"]  # written by `acc profile` on the development host
+BUILTIN = DEFAULTS + MEASURED
 
 
 def _data(name="gpu-vllm-default"):
     return json.loads((PROFILE_DIR / f"{name}.json").read_text())
 
 
-@pytest.mark.parametrize("name", BUILTIN)
-def test_builtins_validate_and_are_defaults(name):
+@pytest.mark.parametrize("name", DEFAULTS)
+def test_builtin_defaults_validate_and_say_so(name):
     kind, engine = name.split("-")[:2]
     dev = HARDWARE["h100-sxm" if kind == "gpu" else "cpu"]
-    p = load_profile(None, dev, engine)
+    p = load_profile(PROFILE_DIR / f"{name}.json", dev, engine)
     assert p.name == name and p.source == "default" and p.known_error is None and p.error("tpot") is None
     assert 0 < p.efficiency.compute <= 1 and 0 < p.efficiency.memory <= 1
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_measured_builtins_win_and_carry_their_error(name):
+    kind, engine = name.split("-")[:2]
+    dev = HARDWARE["h100-sxm" if kind == "gpu" else kind]
+    p = load_profile(None, dev, engine)  # a shipped measured profile is the built-in choice
+    assert p.name == name and p.source == "measured"
+    for metric in ("ttft", "tpot", "e2e", "throughput", "memory"):
+        e = p.error(metric)
+        assert e is not None and 0 <= e.median <= e.p95 and e.samples >= 13
+
+
+def test_without_a_measured_profile_the_default_is_used():
+    p = load_profile(None, HARDWARE["h100-sxm"], "vllm")
+    assert p.source == "default" and p.name == "gpu-vllm-default"
 
 
 def test_builtins_live_inside_the_package():
