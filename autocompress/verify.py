@@ -74,7 +74,7 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
         raise VerifyError(f"{out}: no exported model here (config.json missing); run `acc build` first")
     spec = load_spec(spec_path)
     base = os.path.dirname(os.path.abspath(spec_path))
-    model = resolve_parent(ParentRef("hf_dir", str(out)), base)
+    model = resolve_parent(ParentRef("hf_dir", str(out.resolve())), base)
     arch = model.architecture
     derived = derive(spec, arch, base)
     ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)

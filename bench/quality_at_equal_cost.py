@@ -149,7 +149,9 @@ def table(rows: list[dict], args) -> str:
         t = row["report"]["timings_s"]
         out.append(f"| {row['contract']} | {row['seed']} | " + " | ".join(str(t.get(k, "-")) for k in _stage_names(rows))
                    + f" | {row['wall_s']} |")
-    out += ["", "Stages shown as ~0 s were answered from the shared stage cache (same parent, data and seed).", ""]
+    out += ["", "Stages shown as ~0 s were answered from the shared stage cache (same parent, data and seed). Wall "
+                "times include any time the benchmark was stopped (SIGSTOP) so that engine measurements had the CPU "
+                "to themselves, and time shared with other jobs on these 2 cores: they are not a speed benchmark.", ""]
     return "\n".join(out)
 
 
