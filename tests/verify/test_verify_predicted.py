@@ -85,3 +85,13 @@ def test_verify_without_a_model_is_a_clear_error(tmp_path, cache, capsys):
     spec.write_text(SPEC.format(hw="cpu", prec="fp32", mem="3 GiB", tpot="100 ms"))
     assert main(["verify", str(tmp_path / "nothing"), str(spec)]) == 2
     assert "no exported model here" in capsys.readouterr().err
+
+
+def test_relative_model_path_is_taken_from_the_working_directory(tmp_path, cache, capsys, monkeypatch):
+    _exported(tmp_path)
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "h100.acspec").write_text(SPEC.format(hw="h100-sxm", prec="bf16", mem="4 GiB", tpot="2 ms"))
+    monkeypatch.chdir(tmp_path)  # the model folder is relative to here, not to the spec's folder
+    assert main(["verify", "model", "specs/h100.acspec"]) in (0, 1)
+    assert (tmp_path / "model" / "verify-report.md").is_file()
