@@ -322,6 +322,14 @@ def export_llama(
     return _export(out_dir, cfg, state_dict, tokenizer_dir, overwrite, decilm=False)
 
 
+def llama_format(arch: Architecture) -> bool:
+    """Whether ``export_architecture`` writes ``arch`` as plain Llama: every block the same full block,
+    and a hidden size LlamaConfig accepts (a multiple of the head count)."""
+    b0 = arch.blocks[0]
+    return (arch.is_homogeneous() and b0.attention is not None and b0.ffn is not None
+            and arch.hidden_size % arch.num_heads == 0)
+
+
 def export_architecture(
     out_dir: str | os.PathLike,
     arch: Architecture,
@@ -335,8 +343,5 @@ def export_architecture(
 
     transformers' LlamaConfig rejects a hidden size that is not a multiple of the head count (a
     pruned hidden size such as 448 with 9 heads), so such a model is written as DeciLM too."""
-    b0 = arch.blocks[0]
-    plain = (arch.is_homogeneous() and b0.attention is not None and b0.ffn is not None
-             and arch.hidden_size % arch.num_heads == 0)
-    writer = export_llama if plain else export_decilm
+    writer = export_llama if llama_format(arch) else export_decilm
     return writer(out_dir, arch, state_dict, tokenizer_dir, overwrite=overwrite, **llama_globals)

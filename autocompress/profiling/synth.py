@@ -74,15 +74,12 @@ def synthetic_folder(arch: Architecture, tokenizer_dir, root: Path, seed: int = 
     import torch
 
     from autocompress.export.decilm import (decilm_config_from_architecture, expected_shapes, export_architecture,
-                                            llama_config_from_architecture)
+                                            llama_config_from_architecture, llama_format)
 
     out = Path(root) / f"synth-{arch_key(arch)}"
     if (out / "config.json").is_file():
         return out
-    b0 = arch.blocks[0]
-    plain = (arch.is_homogeneous() and b0.attention is not None and b0.ffn is not None
-             and arch.hidden_size % arch.num_heads == 0)  # export_architecture's choice
-    cfg = (llama_config_from_architecture if plain else decilm_config_from_architecture)(arch)
+    cfg = (llama_config_from_architecture if llama_format(arch) else decilm_config_from_architecture)(arch)
     g = torch.Generator().manual_seed(seed)
     state = {}
     for name, shape in expected_shapes(cfg).items():

@@ -20,14 +20,6 @@ import time
 from dataclasses import asdict
 
 
-def _peak_rss_total() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def _cpu_seconds() -> tuple[float, float]:
     """(busy CPU seconds of the whole machine, CPU seconds of this process), for ``other_cpu``."""
     hz = os.sysconf("SC_CLK_TCK")
@@ -40,6 +32,7 @@ def _cpu_seconds() -> tuple[float, float]:
 
 def run_request(req: dict) -> dict:
     from autocompress.engines import EngineLimits, RunSettings, open_engine
+    from autocompress.engines.base import peak_rss_bytes
     from autocompress.spec.model import Target, Workload
 
     target = Target(**req["target"])
@@ -67,7 +60,7 @@ def run_request(req: dict) -> dict:
             out["measurements"].append(d)
         out["block_size"] = getattr(eng, "block_size", None)
         out["num_kv_blocks"] = getattr(eng, "num_kv_blocks", None)
-    out["peak_rss_bytes"] = _peak_rss_total()
+    out["peak_rss_bytes"] = peak_rss_bytes()  # VmHWM: the whole process
     out["load_after"] = os.getloadavg()
     return out
 
