@@ -9,11 +9,17 @@ forward's ``tap`` hands every activation to an accumulator (sums in float64, div
 * hidden channel c: sum over every RMSNorm output (pre-attention, pre-FFN, final) of mean |y_c|
   (Minitron's embedding-channel importance, aggregated over the LayerNorms);
 * layer l: block influence 1 - cos(layer input, layer output), mean over tokens (ShortGPT); the same for
-  the attention and the FFN residual branches alone (sub-layer influence, what removing one changes).
+  the attention and the FFN residual branches alone (the cosine sub-layer influence);
+* sub-layer removal cost (``ablation_influence``): KL(parent || parent without that one attention or FFN
+  sub-block) per token on a few calibration batches, one extra forward per sub-block. Minitron ranks depth
+  by the loss when a layer is dropped, not by activations: the cosine influence values an attention
+  sub-block at ~1/3 of an FFN on SmolLM2 (attention moves tokens between positions, changing the residual
+  little per position) and the search kept attention in 4 of 30 layers; removal KL measures what the
+  objective needs, what is lost when the sub-block goes (docs/decisions.md, 2026-11-30).
 
 ``ImportanceStats.to_json`` writes the importance file the feasibility stage reads
-(``autocompress.feasibility.importance.load_importance``): per layer the sub-layer influences as the
-attention / FFN weights and cumulative-share curves over sorted KV-group and FFN-channel importances,
+(``autocompress.feasibility.importance.load_importance``): per layer the removal KLs (or, without them, the
+cosine influences) as the attention / FFN weights and cumulative-share curves over sorted KV-group and FFN-channel importances,
 plus the hidden-channel curve, each sampled at SEGMENTS + 1 evenly spaced keep fractions.
 """
 
@@ -30,7 +36,7 @@ import torch
 from autocompress.feasibility.importance import SEGMENTS
 from autocompress.nn.llama import LlamaConfig, forward
 
-IMPORTANCE_VERSION = 1
+IMPORTANCE_VERSION = 2  # 2: attention / FFN weights are removal KLs (ablation_influence)
 
 
 @dataclass(frozen=True)
@@ -45,23 +51,31 @@ class ImportanceStats:
     attention_influence: torch.Tensor  # (L,) 1 - cos(x, x + attn(x)); 0 without attention
     ffn_influence: torch.Tensor  # (L,) 1 - cos(x, x + ffn(x)); 0 without FFN
     tokens: int
+    attention_removal: torch.Tensor | None = None  # (L,) KL(parent || without layer l's attention), per token
+    ffn_removal: torch.Tensor | None = None  # (L,) the same without its FFN
 
     @property
     def num_layers(self) -> int:
         return len(self.ffn_channels)
 
     def to_dict(self) -> dict:
-        """The importance file's content (version 1; see ``load_importance``)."""
+        """The importance file's content (see ``load_importance``): the weights are the removal KLs when
+        measured, the cosine influences otherwise; both are kept for the report."""
         layers = []
+        ablated = self.attention_removal is not None and self.ffn_removal is not None
         for l in range(self.num_layers):
-            entry = {"attention": float(self.attention_influence[l]), "ffn": float(self.ffn_influence[l])}
+            a, f = ((self.attention_removal[l], self.ffn_removal[l]) if ablated
+                    else (self.attention_influence[l], self.ffn_influence[l]))
+            entry = {"attention": float(a), "ffn": float(f), "attention_cos": float(self.attention_influence[l]),
+                     "ffn_cos": float(self.ffn_influence[l])}
             if self.kv_groups[l] is not None:
                 entry["kv_curve"] = cumulative_curve(self.kv_groups[l])
             if self.ffn_channels[l] is not None:
                 entry["ffn_curve"] = cumulative_curve(self.ffn_channels[l])
             entry["block"] = float(self.layer_influence[l])
             layers.append(entry)
-        return {"version": IMPORTANCE_VERSION, "tokens": self.tokens, "layers": layers,
+        return {"version": IMPORTANCE_VERSION, "tokens": self.tokens, "weights": "removal_kl" if ablated else "cosine",
+                "layers": layers,
                 "hidden_curve": cumulative_curve(self.hidden_channels)}
 
     def to_json(self, path: str | Path) -> Path:
@@ -152,4 +166,33 @@ def collect_importance(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, bat
     return acc.stats()
 
 
-__all__ = ["IMPORTANCE_VERSION", "ImportanceStats", "collect_importance", "cumulative_curve"]
+@torch.no_grad()
+def ablation_influence(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, batches: Iterable[torch.Tensor],
+                       progress=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(attention, ffn) per layer: mean over tokens of KL(parent || parent with that sub-block removed).
+
+    2L + 1 forwards per batch; 0 where the parent has no such sub-block. ``progress(done, total)``."""
+    from dataclasses import replace
+
+    from torch.nn.functional import log_softmax
+
+    batches = list(batches)
+    ref = [log_softmax(forward(params, cfg, ids).float(), dim=-1) for ids in batches]
+    L = cfg.num_layers
+    out = torch.zeros(2, L, dtype=torch.float64)
+    tokens = sum(ids.numel() for ids in batches)
+    todo = [(0, l) for l in range(L) if cfg.kv_heads[l] is not None] + \
+           [(1, l) for l in range(L) if cfg.ffn_widths[l] is not None]
+    for n, (kind, l) in enumerate(todo):
+        without = tuple(None if i == l else v for i, v in enumerate(cfg.ffn_widths if kind else cfg.kv_heads))
+        ablated = replace(cfg, **{"ffn_widths" if kind else "kv_heads": without})
+        for ids, lp in zip(batches, ref):
+            lq = log_softmax(forward(params, ablated, ids).float(), dim=-1)
+            out[kind, l] += float((lp.exp() * (lp - lq)).sum())
+        if progress:
+            progress(n + 1, len(todo))
+    out /= max(tokens, 1)
+    return out[0].float(), out[1].float()
+
+
+__all__ = ["IMPORTANCE_VERSION", "ImportanceStats", "ablation_influence", "collect_importance", "cumulative_curve"]

@@ -5,7 +5,8 @@
 widths, depths, removed attention / FFN sub-blocks, per-layer KV heads and FFN widths; seeded
 random weights, since time and memory depend on shapes only) x 3 workloads
 (``autocompress.profiling.plan``: short prompt at concurrency 1, long prompt, 8 concurrent
-streams), each model in a fresh vLLM process on this host. The first 7 architectures (the parent first) calibrate
+streams), each model in a fresh vLLM process on this host (``measure_arch``). The first 7
+architectures (the parent first) calibrate
 (``autocompress.profiling.fit``), the other 13 are held out; the table gives the median and
 95th-percentile absolute relative error for TTFT, TPOT, E2E, throughput and memory on the held-out
 set, with the built-in default profile and with the calibrated one.
@@ -47,11 +48,10 @@ def pause(pattern: str | None, sig: str) -> None:
 
 
 def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=print) -> list[dict]:
-    from autocompress.engines import derive_limits
+    """Rows ``{"arch", "result", "limits"}``, one per architecture (``measure_arch``)."""
     from autocompress.export.gguf_convert import convert_alias
     from autocompress.parents import resolve_parent
-    from autocompress.profiling.measure import MeasureError, measure
-    from autocompress.profiling.plan import workload_dicts, workloads
+    from autocompress.profiling.measure import MeasureError, measure_arch
     from autocompress.profiling.synth import variants
     from autocompress.spec.model import ParentRef, Target
 
@@ -60,20 +60,19 @@ def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=pri
     target = Target("cpu", "vllm", "fp32", "fp32")
     out = []
     for i, arch in enumerate(variants(parent.architecture, n_archs)):
-        limits = derive_limits(arch, target, workloads(), threads=threads)
         t = time.perf_counter()
         pause(pattern, "STOP")
         try:
-            res = measure(arch, target, workload_dicts(), tok, root, limits, threads=threads, log=log)
+            rows = measure_arch(arch, target, tok, root, threads=threads, log=log)
         except MeasureError as exc:
             log(f"[{i + 1}/{n_archs}] {arch.name}: FAILED\n{exc}")
             continue
-        ms = res["measurements"]
+        ms = [(r["result"], m) for r in rows for m in r["result"]["measurements"]]
         log(f"[{i + 1}/{n_archs}] {arch.name} {arch.params() / 1e6:.1f}M: "
-            + ", ".join(f"{m['workload']} ttft {m['ttft_s'] * 1e3:.0f} ms tpot {m['tpot_s'] * 1e3:.1f} ms" for m in ms)
-            + f"; rss {res['peak_rss_bytes'] / 2**20:.0f} MiB; load {res['load_before'][0]:.2f}"
-            + f" ({time.perf_counter() - t:.0f} s)")
-        out.append({"arch": arch, "result": res, "limits": limits})
+            + ", ".join(f"{m['workload']} ttft {m['ttft_s'] * 1e3:.0f} ms tpot {m['tpot_s'] * 1e3:.1f} ms "
+                        f"rss {res['peak_rss_bytes'] / 2**20:.0f} MiB" for res, m in ms)
+            + f"; load {rows[0]['result']['load_before'][0]:.2f} ({time.perf_counter() - t:.0f} s)")
+        out += rows
     return out
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -124,19 +124,25 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
     # ---- importance and the permuted (supernet) weights ----------------------------------------
     from safetensors.torch import load_file, save_file
 
-    from autocompress.importance import collect_importance
+    from autocompress.importance import IMPORTANCE_VERSION, ablation_influence, collect_importance
     from autocompress.supernet import permute
 
     def importance_stage(tmp: Path, partial: Path) -> dict:
         batches = [calib_rows[i:i + settings.batch, :-1] for i in range(0, len(calib_rows), settings.batch)]
         with torch.no_grad():
             stats = collect_importance(params, cfg, batches)
+            few = batches[: max(1, settings.ablation_rows // settings.batch)]
+            log(f"[importance] removal KL of each sub-block on {sum(len(b) for b in few)} sequences")
+            attn_kl, ffn_kl = ablation_influence(
+                params, cfg, few, lambda i, n: log(f"[importance] removal {i}/{n}") if i % 10 == 0 or i == n else None)
+            stats = replace(stats, attention_removal=attn_kl, ffn_removal=ffn_kl)
         stats.to_json(tmp / "importance.json")
         permuted, _ = permute(params, cfg, stats)
         save_file({k: v.contiguous() for k, v in permuted.items()}, str(tmp / "permuted.safetensors"))
         return {"calibration_tokens": int(calib_rows[:, :-1].numel())}
 
-    imp = timed("importance", lambda: run_stage(work, "importance", stage_key("importance", data_key, str(settings.calib_rows), str(settings.batch)), importance_stage,
+    imp = timed("importance", lambda: run_stage(work, "importance", stage_key("importance", data_key, str(settings.calib_rows), str(settings.batch), str(settings.ablation_rows),
+                                               f"v{IMPORTANCE_VERSION}"), importance_stage,
                                                 log))
     permuted = load_file(str(imp.path / "permuted.safetensors"))
     # the measured importance sits where `acc check` of this spec looks for it next time, so the
@@ -160,7 +166,6 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
                     for k, v in heldout.items()}
 
     # ---- per strategy: search -> extract -> distill -> export -> evaluate --------------------
-    from dataclasses import replace
 
     from autocompress.build.choose import choose_architecture
     from autocompress.build.evaluate import evaluate_build, evaluate_parent

@@ -21,6 +21,7 @@ class BuildSettings:
     search_batch: int
     search_seq: int
     calib_rows: int
+    ablation_rows: int
     teacher_rows: int
     eval_rows: int
     topk: int
@@ -57,11 +58,13 @@ def derive_build(spec) -> BuildSettings:
                       "the masked supernet's forward+backward costs ~3 plain forwards; 64 tokens keep a step ~2 s")
     calib = pick("calibration sequences", None, 32,
                  "activation statistics settle within a few dozen sequences at this size (Minitron uses 1024 on GPUs)")
+    ablation = pick("removal-KL sequences", None, 8,
+                    "one forward per sub-block (61 on SmolLM2) per batch of these: ~1 min on 2 cores")
     teacher = pick("teacher rows", None, min(256, steps * batch),
                    "distillation cycles over these rows; the parent runs once per row (top-k cached)")
     eval_tokens = e.tokens if e and e.tokens else None
     eval_rows = pick("held-out rows per kind", (eval_tokens // seq_len) if eval_tokens else None, 24,
                      "~6K tokens each of code and prose: perplexity within a few percent at this size")
     topk = pick("teacher top-k", None, 32, "covers >95% of SmolLM2's next-token mass on code; the tail is one bucket")
-    return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_steps, search_batch, search_seq, calib,
+    return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_steps, search_batch, search_seq, calib, ablation,
                          teacher, eval_rows, topk, tuple(rows))

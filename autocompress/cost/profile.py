@@ -18,7 +18,7 @@ from pathlib import Path
 from autocompress._resources import schema
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
-OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise", "comm")
+OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise", "sampler", "comm")
 
 
 class ProfileError(ValueError):
@@ -38,6 +38,10 @@ class KernelConstants:
     layer_overhead_s: float
     step_overhead_s: float
     prefill_fixed_s: float
+    # share of an op's smaller roofline side not hidden under the larger: op time is
+    # max(c, m) + s * min(c, m) = max(c + s*m, m + s*c). GPUs overlap (0); on these CPUs a small-M
+    # oneDNN GEMM streams its weights and then computes, so batch-8 decode costs more than its bytes
+    serial_fraction: float = 0.0
 
 
 @dataclass(frozen=True)

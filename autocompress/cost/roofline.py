@@ -260,19 +260,27 @@ def model_ops(arch: Architecture, p: Pass, nb: Numerics) -> list[Op]:
     ]
     if R > 0:
         ops.append(gemm("lm_head", R, d, V, nb, cls="lm_head", wbytes=nb.a))
-        ops.append(Op("sampler", 5.0 * R * V, R * V * (nb.a + 4.0 * 2), 3.0, "elementwise"))
+        # its own class: vLLM's logits processing, greedy sampling and per-request output handling run
+        # per sequence per step; on CPU they cost far more than their bytes (fitted, docs/decisions.md)
+        ops.append(Op("sampler", 5.0 * R * V, R * V * (nb.a + 4.0 * 2), 3.0, "sampler"))
     return ops
 
 
 # ---- time ---------------------------------------------------------------------------------
 
 def roofline_seconds(op: Op, device, profile, precision: str) -> tuple[float, float]:
-    """(compute seconds, memory seconds) of an op, before launch costs."""
+    """(compute seconds, memory seconds) of an op, before launch costs; the op takes the larger.
+
+    With the profile's ``serial_fraction`` s each side carries s times the other, so the max is
+    max(c, m) + s * min(c, m) while both stay affine in the op's FLOPs and bytes (the closed-form
+    decode sums and the feasibility LP's epigraphs rely on that)."""
     eff = profile.eff(op.cls)
     if op.cls == "comm":
         return 0.0, op.bytes / (device.link_bandwidth_bytes_s * eff.memory)
     prec = precision if op.cls == "gemm" else PRECISIONS[precision].activation
-    return op.flops / (peak_flops(device, prec) * eff.compute), op.bytes / (device.bandwidth_bytes_s * eff.memory)
+    c, m = op.flops / (peak_flops(device, prec) * eff.compute), op.bytes / (device.bandwidth_bytes_s * eff.memory)
+    s = profile.kernel.serial_fraction
+    return (c + s * m, m + s * c) if s else (c, m)
 
 
 def op_time(op: Op, device, profile, precision: str, graph: bool = False) -> float:

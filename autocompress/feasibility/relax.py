@@ -100,6 +100,7 @@ class Relaxation:
 
     # ---- latency -------------------------------------------------------------------------
     def _scales(self, cls: str) -> tuple[float, float]:
+        """Seconds per FLOP and per byte of an op class (before the serial-fraction mixing)."""
         c, _ = roofline_seconds(Op("u", 1.0, 0.0, 0.0, cls), self.device, self.profile, self.nb.weight)
         _, m = roofline_seconds(Op("u", 0.0, 1.0, 0.0, cls), self.device, self.profile, self.nb.weight)
         return c, m
@@ -112,6 +113,7 @@ class Relaxation:
         Identical blocks share one op table and are placed for all their layers at once.
         """
         L, k = self.L, self.profile.kernel
+        sf = k.serial_fraction
 
         def launch_of(cls: str) -> float:
             return k.graph_launch_s if graph is True or (graph == "piecewise" and cls != "attention") else k.launch_s
@@ -134,12 +136,15 @@ class Relaxation:
                 cs, ms = self._scales(row.op.cls)
                 launch = row.op.launches * launch_of(row.op.cls)
                 if not vname and (self.lo[keep * L + S] == 1).all():  # frozen sub-block (Mamba mixer)
-                    const += len(S) * (max(cs * row.op.flops, ms * row.op.bytes) + launch)
+                    const += len(S) * (max(roofline_seconds(row.op, self.device, self.profile, self.nb.weight))
+                                       + launch)
                     continue
                 df, db = (sl_f.get(vname, 0.0), sl_b.get(vname, 0.0)) if vname else (0.0, 0.0)
                 at = self.at[var * L + S] if vname else np.zeros(len(S))
                 pk, pv = cs * (row.op.flops - df * at), np.full(len(S), cs * df)  # compute side, per layer
                 qk, qv = ms * (row.op.bytes - db * at), np.full(len(S), ms * db)  # memory side
+                if sf:  # each side carries the serial share of the other (``roofline_seconds``)
+                    pk, qk, pv, qv = pk + sf * qk, qk + sf * pk, pv + sf * qv, qv + sf * pv
                 lin[keep * L + S] += launch
                 # dominance over the corners of the feasible (keep, var) region, (1, smallest kept
                 # size) and (1, largest), where the sign of an affine difference is decided; at

@@ -65,11 +65,10 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike, model: str =
     from autocompress.cache import atomic_write_text, cache_root
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import Profile, load_profile
-    from autocompress.engines import derive_limits
     from autocompress.parents import resolve_parent
     from autocompress.profiling.fit import errors, fit_profile, profile_dict, summary
-    from autocompress.profiling.measure import measure
-    from autocompress.profiling.plan import CALIBRATION_ARCHS, HELDOUT_ARCHS, workload_dicts, workloads
+    from autocompress.profiling.measure import measure_arch
+    from autocompress.profiling.plan import CALIBRATION_ARCHS, HELDOUT_ARCHS, workloads
     from autocompress.profiling.synth import variants
     from autocompress.spec.model import ParentRef, Target
 
@@ -104,15 +103,14 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike, model: str =
     root = Path(root) if root else Path(cache_root()) / "profiling"
     rows = []
     for i, arch in enumerate(archs):
-        limits = derive_limits(arch, target, workloads(), threads=threads)
-        res = measure(arch, target, workload_dicts(), tok, root, limits, threads=threads)
+        rows.append(measure_arch(arch, target, tok, root, threads=threads, log=log))
         log(f"[profile] {i + 1}/{len(archs)} {arch.name} ({arch.params() / 1e6:.1f}M params) measured")
-        rows.append({"arch": arch, "result": res, "limits": limits})
     from autocompress.cost.profile import PROFILE_DIR
 
     base = load_profile(PROFILE_DIR / f"{device.kind}-{engine}-default.json", device, engine)  # the fit's start
-    fitted = fit_profile(rows[:n_cal], base, target, log=log)
-    known = summary(errors(rows[n_cal:], fitted, target))
+    calib, held = [r for rs in rows[:n_cal] for r in rs], [r for rs in rows[n_cal:] for r in rs]
+    fitted = fit_profile(calib, base, target, log=log)
+    known = summary(errors(held, fitted, target))
     doc = profile_dict(
         fitted, f"{hardware}-{engine}-measured", known,
         f"acc profile --hardware {hardware} --engine {engine}: {n_cal} calibration + {n_held} held-out "

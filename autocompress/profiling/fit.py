@@ -1,8 +1,9 @@
 """Fit a calibration profile to engine measurements, and score a profile against measurements.
 
 The analytic model (``autocompress.cost``) stays the same; calibration only sets its data: the
-roofline efficiencies per op class (GEMM, attention, LM head, elementwise; compute and memory
-side) and the per-launch, per-layer, per-step and per-request constants. The fit minimizes the
+roofline efficiencies per op class (GEMM, attention, LM head, elementwise, sampler; compute and memory
+side), the per-launch, per-layer, per-step and per-request constants, and the serial fraction (how much
+of an op's smaller roofline side is not overlapped with the larger). The fit minimizes the
 squared log-ratio of predicted to measured TTFT, TPOT and E2E over the calibration measurements
 (every architecture x workload) by coordinate descent in log space with a shrinking line search,
 plus a weak pull toward the starting profile so parameters the data cannot see stay put.
@@ -24,8 +25,8 @@ from dataclasses import replace
 
 TIME_METRICS = ("ttft", "tpot", "e2e", "throughput")
 FIT_METRICS = ("ttft", "tpot", "e2e")
-OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise")
-KERNEL_KEYS = ("launch_s", "layer_overhead_s", "step_overhead_s", "prefill_fixed_s")
+OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise", "sampler")
+KERNEL_KEYS = ("launch_s", "layer_overhead_s", "step_overhead_s", "prefill_fixed_s", "serial_fraction")
 PULL = 0.003  # weight of the log-distance to the starting profile
 
 
@@ -38,6 +39,8 @@ def _params(profile) -> dict[str, float]:
         p[f"{c}.compute"], p[f"{c}.memory"] = e.compute, e.memory
     for k in KERNEL_KEYS:
         p[k] = max(getattr(profile.kernel, k), 1e-7)
+    # the search is multiplicative: a fraction of 0 (perfect overlap) would never leave 0
+    p["serial_fraction"] = max(p["serial_fraction"], 0.25)
     return p
 
 
@@ -46,7 +49,7 @@ def _profile(base, p: dict[str, float]):
 
     per_op = tuple((c, Efficiency(min(1.0, p[f"{c}.compute"]), min(1.0, p[f"{c}.memory"]))) for c in OP_CLASSES)
     per_op += tuple((c, e) for c, e in base.per_op if c not in OP_CLASSES)
-    kernel = replace(base.kernel, **{k: p[k] for k in KERNEL_KEYS})
+    kernel = replace(base.kernel, **{k: min(1.0, p[k]) if k == "serial_fraction" else p[k] for k in KERNEL_KEYS})
     return replace(base, per_op=tuple(sorted(per_op)), kernel=kernel)
 
 
@@ -113,7 +116,7 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
             cur = p[k]
             for f in (span ** x for x in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0)):
                 v = cur * f
-                if k.endswith((".compute", ".memory")) and v > 1.0:
+                if k.endswith((".compute", ".memory", "serial_fraction")) and v > 1.0:
                     v = 1.0
                 if v == p[k]:
                     continue
@@ -153,6 +156,25 @@ def errors(rows: list[dict], profile, target=None) -> dict[str, list[float]]:
     return out
 
 
+def noise(rows: list[dict]) -> dict[str, list[float]]:
+    """Per run and metric, the relative standard error of the measured value from its own samples
+    (1.2533 s / sqrt(n) / median, the large-sample SE of a median): how far a measurement may sit
+    from this host's long-run value by request-to-request noise alone. Throughput shares E2E's."""
+    out: dict[str, list[float]] = {k: [] for k in TIME_METRICS}
+    for r in rows:
+        for m in r["result"]["measurements"]:
+            s = m["samples"]
+            for k in ("ttft", "tpot", "e2e"):
+                if k == "tpot":
+                    v = [(x["e2e_s"] - x["ttft_s"]) / (x["output_tokens"] - 1) for x in s if x["output_tokens"] > 1]
+                else:
+                    v = [x[f"{k}_s"] for x in s]
+                se = 1.2533 * statistics.stdev(v) / math.sqrt(len(v)) / statistics.median(v) if len(v) > 1 else math.nan
+                out[k].append(se)
+            out["throughput"].append(out["e2e"][-1])
+    return out
+
+
 def pct(xs: list[float], q: float) -> float:
     s = sorted(abs(x) for x in xs)
     k = (len(s) - 1) * q / 100.0
@@ -173,7 +195,8 @@ def profile_dict(prof, name: str, known: dict, notes: str, created: str) -> dict
         "created": created, "notes": notes,
         "efficiency": {"compute": prof.efficiency.compute, "memory": prof.efficiency.memory, "per_op": per_op},
         "kernel": {k: getattr(prof.kernel, k) for k in
-                   ("launch_s", "graph_launch_s", "layer_overhead_s", "step_overhead_s", "prefill_fixed_s")},
+                   ("launch_s", "graph_launch_s", "layer_overhead_s", "step_overhead_s", "prefill_fixed_s",
+                    "serial_fraction")},
         "memory": {k: getattr(prof.memory, k) for k in
                    ("non_torch_bytes", "cuda_context_bytes", "activation_multiplier", "margin_fraction",
                     "margin_bytes", "cudagraph_first_bytes", "cudagraph_per_graph_bytes")},
@@ -199,18 +222,23 @@ def fidelity_tables(calib: list[dict], held: list[dict], threads: int, log=print
              "Absolute relative error |predicted / measured - 1| on the held-out architectures "
              "(bias: median signed error, + means predicted too high):", "",
              "| metric | default median | default p95 | default bias | calibrated median | calibrated p95 "
-             "| calibrated bias | goal |", "|---|---|---|---|---|---|---|---|"]
+             "| calibrated bias | measurement noise (median / p95 SE) | goal |", "|---|---|---|---|---|---|---|---|---|"]
     goal = {"e2e": "median <= 5%, p95 <= 10%", "throughput": "median <= 5%, p95 <= 10%", "memory": "within 5%"}
+    se = {k: [x for x in v if x == x] for k, v in noise(held).items()}
+    out["noise"] = {k: {"median": pct(v, 50), "p95": pct(v, 95)} for k, v in se.items() if v}
     for k in TIME_METRICS + ("memory",):
         d, c = out["default"]["heldout"][k], out["calibrated"]["heldout"][k]
+        nz = out["noise"].get(k)
+        nz_text = f"{nz['median']:.1%} / {nz['p95']:.1%}" if nz else "-"
         lines.append(f"| {k} | {d['median']:.1%} | {d['p95']:.1%} | {d['bias']:+.1%} | {c['median']:.1%} | "
-                     f"{c['p95']:.1%} | {c['bias']:+.1%} | {goal.get(k, '')} |")
+                     f"{c['p95']:.1%} | {c['bias']:+.1%} | {nz_text} | {goal.get(k, '')} |")
     lines += ["", "Fitted parameters (profile data, `autocompress/profiles/cpu-vllm-measured.json` when shipped):", ""]
     for c, e in fitted.per_op:
         lines.append(f"- {c}: compute efficiency {e.compute:.3f}, memory efficiency {e.memory:.3f}")
     k = fitted.kernel
     lines.append(f"- launch {k.launch_s * 1e6:.1f} us, per layer {k.layer_overhead_s * 1e6:.1f} us, per step "
-                 f"{k.step_overhead_s * 1e3:.2f} ms, per request {k.prefill_fixed_s * 1e3:.2f} ms; non-torch memory "
+                 f"{k.step_overhead_s * 1e3:.2f} ms, per request {k.prefill_fixed_s * 1e3:.2f} ms, serial fraction "
+                 f"{k.serial_fraction:.2f}; non-torch memory "
                  f"{fitted.memory.non_torch_bytes / 2**20:.0f} MiB")
     lines += ["", "Per held-out run (calibrated):", "",
               "| arch | params | workload | TTFT meas / pred | TPOT meas / pred | E2E meas / pred | load avg |",

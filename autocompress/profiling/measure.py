@@ -109,3 +109,20 @@ def measure(arch: Architecture, target, workloads: list[dict], tokenizer_dir, ro
     res.update(arch=arch.name, arch_key=arch_key(arch), params=arch.params(), versions=_versions(target.engine))
     atomic_write_bytes(out, json.dumps(res).encode())
     return {**res, "_path": str(out)}
+
+
+def measure_arch(arch: Architecture, target, tokenizer_dir, root: Path, threads: int | None = None,
+                 log=print) -> list[dict]:
+    """Every calibration workload of ``plan`` on ``arch`` in one fresh engine, configured as the export
+    recommends for them (``derive_limits``). Rows ``{"arch", "result", "limits"}`` for ``fit``.
+
+    One engine for all workloads, not one per workload: vLLM CPU's decode step does not measurably
+    depend on max_num_seqs here (the parent's TPOT medians with max_num_seqs 1, 2 and 8 were 87, 89
+    and 89 ms, request-to-request spread 73-107 ms; docs/decisions.md), and each extra engine start
+    costs ~30 s."""
+    from autocompress.engines import derive_limits
+    from autocompress.profiling.plan import workload_dicts, workloads
+
+    limits = derive_limits(arch, target, workloads(), threads=threads)
+    return [{"arch": arch, "result": measure(arch, target, workload_dicts(), tokenizer_dir, root, limits,
+                                             threads=threads, log=log), "limits": limits}]

@@ -11,11 +11,11 @@ from __future__ import annotations
 from autocompress.spec.model import Workload
 
 WORKLOADS = (  # (workload, timed requests or iterations, warm-up rounds)
-    (Workload("short", 1, "serve", 128, 32), 3, 1),
-    (Workload("long", 1, "serve", 512, 8), 2, 0),
+    (Workload("short", 1, "serve", 128, 32), 8, 1),
+    (Workload("long", 1, "serve", 512, 8), 4, 1),
     # 8 streams as one batch: a closed loop of 8 equal requests started together stays in lockstep
     # (each round prefills 8 prompts, then decodes 8 sequences), which is the batch semantics
-    (Workload("concurrent", 8, "batch", 128, 16), 2, 0),
+    (Workload("concurrent", 8, "batch", 128, 16), 3, 1),
 )
 
 CALIBRATION_ARCHS = 7  # the first N of ``synth.variants`` (the parent first) fit the profile

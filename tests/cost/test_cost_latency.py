@@ -147,3 +147,22 @@ def test_long_outputs_are_cheap_to_predict():
     r = predict_workload(arch, target("h200"), workload(c=64, i=1024, o=32768))
     assert time.perf_counter() - t0 < 0.3
     assert math.isfinite(r.e2e_s) and r.decode_last_s > r.decode_first_s
+
+
+def test_serial_fraction_adds_the_unhidden_side_and_keeps_sums_exact():
+    """op time = max(c, m) + s * min(c, m); the closed-form decode sum stays exact with it."""
+    from dataclasses import replace
+
+    from autocompress.cost.roofline import Op, op_time, roofline_seconds
+
+    dev = HARDWARE["cpu"]
+    prof = load_profile(None, dev, "vllm")
+    serial = replace(prof, kernel=replace(prof.kernel, serial_fraction=0.4))
+    nb = Numerics("fp32", "fp32")
+    op = Op("g", 3e8, 2e6, 1.0, "gemm", 2e6)
+    c, m = roofline_seconds(op, dev, prof, "fp32")
+    assert op_time(op, dev, serial, "fp32") - op_time(op, dev, prof, "fp32") == pytest.approx(0.4 * min(c, m))
+    for seqs, lo, hi in ((1, 10, 90), (8, 100, 140)):
+        got = decode_sum(ARCH, seqs, lo, hi, dev, serial, nb, False)
+        assert got == pytest.approx(brute_decode(ARCH, seqs, lo, hi, dev, serial, nb, False), rel=1e-9)
+        assert got > decode_sum(ARCH, seqs, lo, hi, dev, prof, nb, False)

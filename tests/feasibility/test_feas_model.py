@@ -167,3 +167,19 @@ def test_scorer_matches_score():
         for a, x, v in zip(group, X, vec):
             assert v == pytest.approx(imp.score(a, parent), rel=1e-9, abs=1e-12)
             assert score_x(x, factor) == pytest.approx(v)
+
+
+def test_relaxation_is_exact_with_a_serial_fraction():
+    """A profile whose ops do not overlap compute and memory (``serial_fraction``, fitted on CPUs):
+    the LP's epigraph rows carry it, so integer points still equal the exact model."""
+    from dataclasses import replace
+
+    s = setup(SERVE, tiny_arch(5))
+    s = replace(s, profile=replace(s.profile, kernel=replace(s.profile.kernel, serial_fraction=0.5)))
+    n = 0
+    for arch, got, ev in _relax_vs_exact(s, seed=3, n=3):
+        for c in ev.checks:
+            if c.metric != "memory":
+                assert got[c.name] == pytest.approx(c.ratio, rel=1e-6), (c.name, arch)
+                n += 1
+    assert n >= 4 * 3 * 3

@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 import _tinykit as kit  # noqa: E402
 
 from autocompress.feasibility.importance import SEGMENTS, load_importance  # noqa: E402
-from autocompress.importance import collect_importance, cumulative_curve  # noqa: E402
+from autocompress.importance import ablation_influence, collect_importance, cumulative_curve  # noqa: E402
 from autocompress.nn.llama import LlamaConfig  # noqa: E402
 
 LAYERS = 3
@@ -98,7 +98,7 @@ def test_importance_file_loads_in_feasibility(parent, tmp_path):
     model, cfg, _, st = parent
     path = st.to_json(tmp_path / "importance.json")
     raw = json.loads(path.read_text())
-    assert raw["version"] == 1 and len(raw["layers"]) == LAYERS
+    assert raw["version"] == 2 and raw["weights"] == "cosine" and len(raw["layers"]) == LAYERS
     imp = load_importance(str(path), cfg.architecture())
     assert sum(imp.alpha) + sum(imp.beta) == pytest.approx(1.0)
     for curve in (*imp.kv_curves, *imp.ffn_curves, imp.hidden_curve):
@@ -108,3 +108,38 @@ def test_importance_file_loads_in_feasibility(parent, tmp_path):
         assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:]))  # concave: sorted decreasing
     parent_arch = cfg.architecture()
     assert imp.score(parent_arch, parent_arch) == pytest.approx(1.0)
+
+
+def _kl_with_zeroed(model, data, name: str) -> float:
+    """KL(parent || parent with ``name``'s weight zeroed) per token, on transformers' model: zeroing a
+    sub-block's output projection removes it exactly (its residual update becomes 0)."""
+    import copy
+
+    F = torch.nn.functional
+    other = copy.deepcopy(model)
+    dict(other.named_parameters())[name].data.zero_()
+    total, ntok = 0.0, 0
+    with torch.no_grad():
+        for ids in data:
+            lp, lq = F.log_softmax(model(ids).logits.float(), -1), F.log_softmax(other(ids).logits.float(), -1)
+            total += float((lp.exp() * (lp - lq)).sum())
+            ntok += ids.numel()
+    return total / ntok
+
+
+def test_removal_kl_equals_zeroed_projection_reference(parent, tmp_path):
+    model, cfg, data, st = parent
+    attn, ffn = ablation_influence(kit.params_of(model), cfg, data)
+    for l in range(LAYERS):
+        ref_a = _kl_with_zeroed(model, data, f"model.layers.{l}.self_attn.o_proj.weight")
+        ref_f = _kl_with_zeroed(model, data, f"model.layers.{l}.mlp.down_proj.weight")
+        assert ref_a > 0 and ref_f > 0
+        assert float(attn[l]) == pytest.approx(ref_a, rel=1e-3, abs=1e-7)
+        assert float(ffn[l]) == pytest.approx(ref_f, rel=1e-3, abs=1e-7)
+    # the file then carries the removal KLs as the weights, the cosine influences beside them
+    from dataclasses import replace
+
+    raw = json.loads(replace(st, attention_removal=attn, ffn_removal=ffn).to_json(tmp_path / "i.json").read_text())
+    assert raw["weights"] == "removal_kl"
+    assert raw["layers"][1]["attention"] == pytest.approx(float(attn[1]))
+    assert raw["layers"][1]["ffn_cos"] == pytest.approx(float(st.ffn_influence[1]))
