@@ -156,7 +156,8 @@ def test_serial_fraction_adds_the_unhidden_side_and_keeps_sums_exact():
     from autocompress.cost.roofline import Op, op_time, roofline_seconds
 
     dev = HARDWARE["cpu"]
-    prof = load_profile(None, dev, "vllm")
+    loaded = load_profile(None, dev, "vllm")
+    prof = replace(loaded, kernel=replace(loaded.kernel, serial_fraction=0.0))
     serial = replace(prof, kernel=replace(prof.kernel, serial_fraction=0.4))
     nb = Numerics("fp32", "fp32")
     op = Op("g", 3e8, 2e6, 1.0, "gemm", 2e6)
