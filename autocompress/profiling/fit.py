@@ -205,7 +205,7 @@ def profile_dict(prof, name: str, known: dict, notes: str, created: str) -> dict
     }
 
 
-def fidelity_tables(calib: list[dict], held: list[dict], threads: int, log=print) -> tuple[str, dict]:
+def fidelity_tables(calib: list[dict], held: list[dict], threads: int, log=print, fitted=None) -> tuple[str, dict]:
     """Markdown + data: held-out error with the default profile and with the profile fitted on ``calib``."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import load_profile
@@ -213,7 +213,7 @@ def fidelity_tables(calib: list[dict], held: list[dict], threads: int, log=print
     from autocompress.cost.profile import PROFILE_DIR
 
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
-    fitted = fit_profile(calib, base, log=log)
+    fitted = fitted or fit_profile(calib, base, log=log)  # callers scoring two held-out sets fit once
     out = {}
     for label, prof in (("default", base), ("calibrated", fitted)):
         out[label] = {"heldout": summary(errors(held, prof)), "calibration": summary(errors(calib, prof))}
