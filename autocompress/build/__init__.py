@@ -167,7 +167,7 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
 
     # ---- per strategy: search -> extract -> distill -> export -> evaluate --------------------
 
-    from autocompress.build.choose import choose_architecture
+    from autocompress.build.choose import choose_architecture, search_version
     from autocompress.build.evaluate import evaluate_build, evaluate_parent
 
     def parent_quality_stage(tmp: Path, partial: Path) -> dict:
@@ -188,7 +188,8 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
             return {"strategy": strat.strategy}
 
         srch = timed(f"search{tag}", lambda: run_stage(
-            work, f"search-{strat.strategy}", stage_key("search", spec_key, imp.key, tkey, json.dumps(strat.as_dict())),
+            work, f"search-{strat.strategy}", stage_key("search", spec_key, imp.key, tkey, json.dumps(strat.as_dict()),
+                                                       *search_version(strat.strategy)),
             search_stage, log))
         chosen = json.loads((srch.path / "architecture.json").read_text())
         arch = arch_from_json(chosen["architecture"], parent.architecture)

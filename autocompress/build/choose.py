@@ -17,11 +17,42 @@ from autocompress.feasibility.importance import load_importance
 from autocompress.feasibility.relax import Relaxation
 from autocompress.feasibility.rounding import repair_and_fill
 from autocompress.feasibility.tables import cost_tables
+from autocompress.refine import RefineConfig, refine
 from autocompress.report.feasibility import _arch as arch_json
+
+
+SEARCH_VERSION = 2  # 2: measured refinement (``refine``) after the router
+
+
+def search_version(strategy: str) -> tuple[str, ...]:
+    """Extra search-stage key parts: the uniform grid did not change, so its cached builds stay valid."""
+    return (f"search v{SEARCH_VERSION}",) if strategy == "autocompress" else ()
 
 
 class NoArchitecture(Exception):
     pass
+
+
+def _measures(net, teacher, train_rows, settings):
+    """Two KL-to-the-parent measures of a discrete state on disjoint training rows (top-k teacher
+    outputs from the cache): one the greedy optimizes, one that judges the candidates."""
+    from autocompress.teacher import topk_kl
+
+    T = settings.search_seq
+    n = len(train_rows)
+
+    def on(rows):
+        rows = [r % n for r in rows]
+        ids = train_rows[rows][:, :T]
+        t = teacher.get(rows)
+        target = type(t)(t.values[:, :T], t.indices[:, :T], t.lse[:, :T])
+
+        def kl(state) -> float:
+            with torch.no_grad():
+                return float(topk_kl(net.forward(ids, net.one_hot(state)), target))
+        return kl
+    b = settings.search_batch
+    return on(range(n - b, n)), on(range(n - 5 * b, n - b))
 
 
 def choose_architecture(spec, parent_arch, derived, importance_path, permuted, cfg, teacher, train_rows, settings,
@@ -67,22 +98,33 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
             exp = ", ".join(f"{k} {v:.3f}" for k, v in rec["expected"].items())
             log(f"[search] step {rec['step']:>4}  tau {rec['tau']:.2f}  KD {rec['quality']:.4f}  E[bound/limit]: {exp}")
     res = search(tables, quality, None, SearchConfig(steps=settings.search_steps, seed=settings.seed), start, show)
-    arch = net.architecture(res.hidden_index, res.attn_choice, res.ffn_choice)
-    ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)
-    moved = sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
-    moved_h = arch.hidden_size != feas.start.evaluation.arch.hidden_size
-    how = (f"router decoded ({moved} of {arch.num_layers} layers{' and the hidden size' if moved_h else ''} "
-           "changed from the cvxpy start)")
-    if not ev.ok:
-        relax = relaxes[arch.hidden_size]
-        repaired, ev, moves = repair_and_fill(relax, arch, derived.profile, derived.device, fill=False)
+    seeds = {"router": (res.hidden_index, res.attn_choice, res.ffn_choice), "cvxpy start": start}
+    if feas.uniform is not None:
+        seeds["uniform grid"] = net.indices_of(feas.uniform.evaluation.arch)
+    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
+    log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
+    ref = refine(tables, seeds, search_kl, select_kl, RefineConfig(), log)
+    arch = ev = None
+    for cand in sorted(ref.candidates, key=lambda c: c.kl):  # the exact cost model has the last word
+        arch = net.architecture(*cand.state)
+        ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)
+        how = f"measured choice: {cand.name}, KL {cand.kl:.3f}"
+        if not ev.ok:
+            arch, ev, moves = repair_and_fill(relaxes[arch.hidden_size], arch, derived.profile, derived.device,
+                                              fill=False)
+            how += f", then {moves} greedy repair moves"
         if ev.ok:
-            arch, how = repaired, f"router decoded, then {moves} greedy repair moves"
-        else:
-            arch, ev, how = feas.start.evaluation.arch, feas.start.evaluation, "cvxpy starting point (router result failed repair)"
+            break
+    if not ev.ok:
+        arch, ev, how = feas.start.evaluation.arch, feas.start.evaluation, "cvxpy starting point (no candidate passed)"
+    moved = sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
+    how += f" ({moved} of {arch.num_layers} layers differ from the cvxpy start)"
     log(f"[search] {how}: hidden {arch.hidden_size}, {arch.params() / 1e6:.1f}M params")
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
     out["how"] = how
     out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
                      "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
+    out["refine"] = {"forwards": ref.evals, "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
+        {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
+         "attention": sum(1 for a in c.state[1] if a), "ffn": sum(1 for f in c.state[2] if f)} for c in ref.candidates]}
     return out

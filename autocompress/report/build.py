@@ -39,6 +39,7 @@ def write_build_report(out: Path, spec, spec_path, check_report, chosen, arch, p
         "output": str(out),
         "strategy": settings.strategy,
         "how": chosen.get("how"),
+        "refine": chosen.get("refine"),
         "architecture": _arch(arch, chosen["architecture"].get("importance_kept")),
         "parent_architecture": _arch(parent.architecture),
         "predicted": {**_evaluation(ev), "profile": derived.profile.name, "profile_source": derived.profile.source},
@@ -68,6 +69,13 @@ def render_build_markdown(r: dict) -> str:
     for c in r["predicted"]["checks"]:
         out.append(f"| {c['name']} | {c['op']} {fmt_value(c['metric'], c['bound'])} | "
                    f"{fmt_value(c['metric'], c['predicted'])} | {'yes' if c['ok'] else '**no**'} |")
+    ref = r.get("refine")
+    if ref:
+        out += ["", f"### Candidates (KL to the parent before distillation, measured on {ref.get('tokens', '?')} "
+                    f"training tokens the greedy never saw; {ref['forwards']} forwards)", "",
+                "| candidate | hidden | attention | FFN | KL |", "|---|---|---|---|---|"]
+        out += [f"| {c['name']} | {c['hidden']} | {c['attention']} | {c['ffn']} | {c['kl']:.3f} |"
+                for c in sorted(ref["candidates"], key=lambda c: c["kl"])]
     out += ["", "### Quality retained (measured on held-out data)", "",
             "| data | tokens | parent ppl | student ppl | KL(parent‖student) | top-1 agreement |",
             "|---|---|---|---|---|---|"]

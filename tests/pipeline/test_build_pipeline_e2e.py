@@ -121,3 +121,15 @@ def test_import_autocompress_registers_the_classes_without_remote_code(built):
     p = subprocess.run([sys.executable, "-c", code, str(result.output)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip().splitlines()[-1] in ("DeciLMForCausalLM", "LlamaForCausalLM")
+
+
+def test_the_chosen_architecture_is_the_measured_best_candidate(built):
+    root, spec, result, logs = built
+    report = json.loads((result.output / "autocompress-report.json").read_text())
+    cands = report["refine"]["candidates"]
+    names = [c["name"] for c in cands]
+    assert "router" in names and "cvxpy start" in names and any(n.startswith("greedy") for n in names)
+    best = min(cands, key=lambda c: c["kl"])
+    assert report["how"].startswith(f"measured choice: {best['name']}")  # no repair needed on this contract
+    assert report["architecture"]["hidden"] == best["hidden"]
+    assert "### Candidates" in (result.output / "autocompress-report.md").read_text()
