@@ -16,8 +16,10 @@ the final choice is measured, and the joint effect of removals is measured too:
              on rows the greedy never saw; keep the lowest KL
 
 Costs come from the exact per-layer cost tables (``feasibility.tables``); the caller re-checks the
-winner with the exact cost model. ``measure`` is the only tensor work and is passed in, so this
-module is plain search logic (tested with synthetic tables and a synthetic KL).
+winner with the exact cost model. ``measure(state, move)`` (the KL of ``state`` with ``move``
+applied; ``move=None``: of ``state``) is the only tensor work and is passed in, so this module is
+plain search logic (tested with synthetic tables and a synthetic KL). Passing the move, not just
+the new state, lets the caller resume the forward at the move's layer.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ from autocompress.feasibility.tables import CostTables
 
 State = tuple  # (hidden index, attention option per layer, FFN option per layer)
 Move = tuple  # (kind "a" | "f", layer, new option index)
+Measure = Callable[[State, "Move | None"], float]
+
+
+def of_states(kl: Callable[[State], float]) -> Measure:
+    """A ``Measure`` from a function of whole states (no prefix reuse)."""
+    return lambda s, move=None: kl(apply(s, [move]) if move is not None else s)
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,7 @@ def up_moves(tables: list[CostTables], s: State) -> list[Move]:
             + [("f", l, c + 1) for l, c in enumerate(cf) if c + 1 < len(o.ffn[l])])
 
 
-def greedy(tables: list[CostTables], h: int, measure: Callable[[State], float], cfg: RefineConfig,
+def greedy(tables: list[CostTables], h: int, measure: Measure, cfg: RefineConfig,
            log: Callable[[str], None] = lambda m: None) -> tuple[State | None, int]:
     """Iterative measured pruning from the parent at hidden index ``h``, then a measured fill.
     Returns (a state the tables call feasible, or None within the budget; forwards spent)."""
@@ -133,14 +141,14 @@ def greedy(tables: list[CostTables], h: int, measure: Callable[[State], float], 
             return None, evals
         fresh = set(new)
         for m in new:
-            stale[m] = measure(apply(s, [m])) - q
+            stale[m] = measure(s, m) - q
         evals += len(new)
         picked, removed, used = [], 0.0, set()
         pool, target = list(moves), max(cfg.share * v, cfg.min_share)  # a list: ties break by order
         while pool and len(picked) < cfg.max_moves and removed < target and evals < cfg.max_evals:
             m = min(pool, key=lambda x: stale[x] / gains[x])
             if m not in fresh:
-                stale[m], evals = measure(apply(s, [m])) - q, evals + 1
+                stale[m], evals = measure(s, m) - q, evals + 1
                 fresh.add(m)
                 continue
             pool.remove(m)
@@ -158,7 +166,7 @@ def greedy(tables: list[CostTables], h: int, measure: Callable[[State], float], 
         moves = [m for m in up_moves(tables, s) if violation(costs(tables, apply(s, [m]))) <= 1e-9]
         if not moves or evals + len(moves) > cfg.max_evals + 64:
             break
-        best = min(((measure(apply(s, [m])), m) for m in moves), key=lambda x: x[0])
+        best = min(((measure(s, m), m) for m in moves), key=lambda x: x[0])
         evals += len(moves)
         if best[0] >= q:
             break
@@ -167,7 +175,7 @@ def greedy(tables: list[CostTables], h: int, measure: Callable[[State], float], 
     return s, evals
 
 
-def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Callable[[State], float],
+def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure,
            select_kl: Callable[[State], float], cfg: RefineConfig = RefineConfig(),
            log: Callable[[str], None] = lambda m: None) -> RefineResult:
     """Greedy runs at the seeds' hidden sizes, then the measured choice among seeds and greedy

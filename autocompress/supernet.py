@@ -256,8 +256,10 @@ class Supernet:
         return Masks(hidden, count, tuple(ffn), tuple(attn))
 
     def forward(self, input_ids: torch.Tensor, choices: Choices | Sequence[torch.Tensor],
-                return_hidden: bool = False) -> torch.Tensor:
-        return forward(self.params, self.cfg, input_ids, self.masks(choices), return_hidden=return_hidden)
+                return_hidden: bool = False, start: tuple[int, torch.Tensor] | None = None, tap=None
+                ) -> torch.Tensor:
+        return forward(self.params, self.cfg, input_ids, self.masks(choices), tap=tap, return_hidden=return_hidden,
+                       start=start)
 
     __call__ = forward
 

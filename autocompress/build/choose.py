@@ -34,25 +34,42 @@ class NoArchitecture(Exception):
 
 
 def _measures(net, teacher, train_rows, settings):
-    """Two KL-to-the-parent measures of a discrete state on disjoint training rows (top-k teacher
-    outputs from the cache): one the greedy optimizes, one that judges the candidates."""
+    """Two KL-to-the-parent measures on disjoint training rows (top-k teacher outputs from the
+    cache): ``refine.Measure`` for the greedy, and a function of states that judges candidates.
+
+    The greedy measures many one-move variants of one state: the residual stream entering each
+    layer is kept for the last state seen, and a variant's forward resumes at its move's layer."""
+    from autocompress.refine import apply
     from autocompress.teacher import topk_kl
 
-    T = settings.search_seq
-    n = len(train_rows)
+    T, b, n = settings.search_seq, settings.search_batch, len(train_rows)
 
-    def on(rows):
+    def rows_of(rows):
         rows = [r % n for r in rows]
-        ids = train_rows[rows][:, :T]
         t = teacher.get(rows)
-        target = type(t)(t.values[:, :T], t.indices[:, :T], t.lse[:, :T])
+        return train_rows[rows][:, :T], type(t)(t.values[:, :T], t.indices[:, :T], t.lse[:, :T])
 
-        def kl(state) -> float:
-            with torch.no_grad():
-                return float(topk_kl(net.forward(ids, net.one_hot(state)), target))
-        return kl
-    b = settings.search_batch
-    return on(range(n - b, n)), on(range(n - 5 * b, n - b))
+    ids, target = rows_of(range(n - b, n))
+    kept: dict = {}
+
+    def search_kl(state, move=None) -> float:
+        with torch.no_grad():
+            if kept.get("state") != state:
+                xs = {}
+                tap = lambda ev, l, *t: xs.__setitem__(l, t[0]) if ev == "block" else None  # noqa: E731
+                kept.update(state=state, xs=xs, kl=float(topk_kl(net.forward(ids, net.one_hot(state), tap=tap), target)))
+            if move is None:
+                return kept["kl"]
+            l = move[1]
+            logits = net.forward(ids, net.one_hot(apply(state, [move])), start=(l, kept["xs"][l]))
+            return float(topk_kl(logits, target))
+
+    sel_ids, sel_target = rows_of(range(n - 5 * b, n - b))
+
+    def select_kl(state) -> float:
+        with torch.no_grad():
+            return float(topk_kl(net.forward(sel_ids, net.one_hot(state)), sel_target))
+    return search_kl, select_kl
 
 
 def choose_architecture(spec, parent_arch, derived, importance_path, permuted, cfg, teacher, train_rows, settings,

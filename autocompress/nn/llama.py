@@ -233,9 +233,23 @@ def attention_heads(params, cfg: LlamaConfig, i: int, h: torch.Tensor, cos, sin,
 
 
 # ---- the forward ---------------------------------------------------------------------------------------
+def _hard_prefix(mask: torch.Tensor | None) -> int | None:
+    """k when ``mask`` is k ones then zeros and carries no gradient (a discrete choice), else None."""
+    if mask is None or mask.requires_grad:
+        return None
+    k = int((mask != 0).sum())
+    return k if bool((mask[:k] == 1).all()) else None
+
+
 def forward(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, input_ids: torch.Tensor,
-            masks: Masks | None = None, tap: Tap | None = None, return_hidden: bool = False) -> torch.Tensor:
+            masks: Masks | None = None, tap: Tap | None = None, return_hidden: bool = False,
+            start: tuple[int, torch.Tensor] | None = None) -> torch.Tensor:
     """Logits (B, T, V) for ``input_ids`` (B, T), or the final normed hidden states with ``return_hidden``.
+
+    ``start=(l, x)``: resume at layer l from the residual stream x entering it (as a ``"block"``
+    tap saw it), skipping the layers before: the measured search scores many variants that differ
+    from one model only from some layer on. A hard FFN mask (no gradient, a prefix of ones) runs
+    the sliced FFN, and an all-zero one skips it: same result, the pruned model's cost.
 
     ``tap(event, layer, *tensors)`` observes activations (importance): ``"norm", l, y`` for every
     RMSNorm output (l = -1: final norm); ``"heads", l, (B,T,H,hd)``; ``"ffn_act", l, (B,T,I)``;
@@ -244,12 +258,12 @@ def forward(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, input_ids: tor
     m = masks or Masks()
     hm, count = m.hidden, m.hidden_count
     eps = cfg.rms_norm_eps
-    x = params["model.embed_tokens.weight"][input_ids]
-    if hm is not None:
+    first, x = start if start is not None else (0, params["model.embed_tokens.weight"][input_ids])
+    if hm is not None and start is None:
         x = x * hm
     cos, sin = rope_tables(input_ids.shape[1], cfg.head_dim, cfg.rope_theta, x.device)
     act = _ACT[cfg.hidden_act]
-    for i in range(cfg.num_layers):
+    for i in range(first, cfg.num_layers):
         x_in = x
         if cfg.kv_heads[i] is not None:
             h = rms_norm(x, params[param_name(i, "input_layernorm")], eps, count)
@@ -266,17 +280,21 @@ def forward(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, input_ids: tor
                 if tap:
                     tap("attn", i, x, x_new)
                 x = x_new
-        if cfg.ffn_widths[i] is not None:
+        cw = None if m.ffn is None else m.ffn[i]
+        k = _hard_prefix(cw)
+        if cfg.ffn_widths[i] is not None and k != 0:
             h = rms_norm(x, params[param_name(i, "post_attention_layernorm")], eps, count)
             if tap:
                 tap("norm", i, h)
-            z = act(h @ params[param_name(i, "mlp.gate_proj")].T) * (h @ params[param_name(i, "mlp.up_proj")].T)
+            gate, up, down = (params[param_name(i, f"mlp.{n}")] for n in ("gate_proj", "up_proj", "down_proj"))
+            if k is not None:
+                gate, up, down, cw = gate[:k], up[:k], down[:, :k], None
+            z = act(h @ gate.T) * (h @ up.T)
             if tap:
                 tap("ffn_act", i, z)
-            cw = None if m.ffn is None else m.ffn[i]
             if cw is not None:
                 z = z * cw
-            f = z @ params[param_name(i, "mlp.down_proj")].T
+            f = z @ down.T
             if hm is not None:
                 f = f * hm
             x_new = x + f

@@ -164,3 +164,22 @@ def test_choices_are_checked(parent):
         sn.masks(Choices(ch.hidden, bad, ch.ffn))
     with pytest.raises(ValueError, match="shapes"):
         sn.masks(Choices(ch.hidden[:2], ch.attn, ch.ffn))
+
+
+def test_sliced_ffn_and_resumed_forward_equal_the_masked_forward(parent):
+    """The measured search's two shortcuts change the cost, never the logits: a hard FFN choice
+    runs the sliced FFN (removed: skipped), and a forward resumed at layer l from the residual
+    entering it equals the whole forward."""
+    cfg, params, permuted, perm = parent
+    sn = Supernet(permuted, cfg, SPACE)
+    ids = kit.batches(1, seed=3)[0]
+    h, ca, cf = sn.indices_of(sn.architecture(1, [1, 0, 2], [1, 0, 2]))
+    choices = sn.one_hot((h, ca, cf))
+    soft = Choices(choices.hidden, choices.attn, choices.ffn.clone().requires_grad_(True))
+    want = sn.forward(ids, soft).detach()  # with grad on: the masked full-width FFN, no slicing
+    with torch.no_grad():
+        xs = {}
+        got = sn.forward(ids, choices, tap=lambda ev, l, *t: xs.__setitem__(l, t[0]) if ev == "block" else None)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        for l in range(cfg.num_layers):
+            torch.testing.assert_close(sn.forward(ids, choices, start=(l, xs[l])), want, atol=1e-5, rtol=1e-5)

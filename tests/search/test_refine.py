@@ -8,7 +8,7 @@ pair; the measured greedy, which re-measures after each removal, must not.
 import numpy as np
 
 from autocompress.feasibility.tables import CostTables, Options
-from autocompress.refine import RefineConfig, costs, greedy, refine, violation
+from autocompress.refine import RefineConfig, costs, greedy, of_states, refine, violation
 
 L = 6
 SINGLE = [9.0, 0.1, 0.1, 0.3, 0.35, 0.4]  # KL of removing layer l's attention alone
@@ -33,7 +33,7 @@ def kl(state):
 def test_greedy_reaches_the_bound_and_sees_the_interaction():
     t = tables()
     calls = []
-    s, evals = greedy(t, 0, lambda st: calls.append(st) or kl(st), RefineConfig())
+    s, evals = greedy(t, 0, of_states(lambda st: calls.append(st) or kl(st)), RefineConfig())
     assert s is not None and violation(costs(t, s)) == 0
     removed = {l for l, c in enumerate(s[1]) if c == 0}
     assert removed == {1, 3}  # additive would remove {1, 2}: KL 5.2 instead of 0.4
@@ -42,7 +42,7 @@ def test_greedy_reaches_the_bound_and_sees_the_interaction():
 
 
 def test_greedy_stops_within_its_budget():
-    s, evals = greedy(tables(), 0, kl, RefineConfig(max_evals=3))
+    s, evals = greedy(tables(), 0, of_states(kl), RefineConfig(max_evals=3))
     assert s is None and evals <= 3
 
 
@@ -53,7 +53,7 @@ def test_greedy_fills_the_slack_a_coarse_round_leaves():
     ffn = np.zeros((1, 1, 9))
     ffn[0, 0, 1:] = 0.05 * np.arange(1, 9)
     t = [CostTables(576, ("w.tpot",), np.array([0.7]), np.zeros((1, 1, 1)), ffn, np.zeros(1), opts)]
-    s, _ = greedy(t, 0, lambda st: (8 - st[2][0]) * 0.1, RefineConfig())
+    s, _ = greedy(t, 0, of_states(lambda st: (8 - st[2][0]) * 0.1), RefineConfig())
     assert s[2] == (6,) and abs(float(costs(t, s)[0]) - 1.0) < 1e-9
 
 
@@ -61,7 +61,7 @@ def test_refine_keeps_the_lowest_kl_on_the_selection_rows_and_measures_each_stat
     t = tables()
     additive = (0, (1, 0, 0, 1, 1, 1), (0,) * L)
     seen = []
-    res = refine(t, {"router": additive, "cvxpy start": additive}, kl, lambda st: seen.append(st) or kl(st))
+    res = refine(t, {"router": additive, "cvxpy start": additive}, of_states(kl), lambda st: seen.append(st) or kl(st))
     names = [c.name for c in res.candidates]
     assert names[:2] == ["router", "cvxpy start"] and any(n.startswith("greedy") for n in names)
     assert res.best.name.startswith("greedy") and res.best.kl == min(c.kl for c in res.candidates)
@@ -76,7 +76,7 @@ def test_lazy_rounds_measure_new_moves_and_re_measure_only_until_the_best_is_fre
         calls.append(st)
         return kl(st)
 
-    s, _ = greedy(t, 0, measure, RefineConfig(), lambda msg: per_round.append(len(calls)))
+    s, _ = greedy(t, 0, of_states(measure), RefineConfig(), lambda msg: per_round.append(len(calls)))
     # round 1: the full model, 5 new removals, the new state. Round 2: no new move (a removal is a
     # sub-block's last step); layer 2's estimate (0.1) is re-measured (now 5.1), then layer 3's
     # (0.3, still 0.3) is fresh and best: picked. 2 re-measures + the new state.
