@@ -32,6 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ("code-5070", "npc-5080", "serve-h100", "cpu-vllm")
 CPU_SEEDS = (0, 1)
+EARLIER = (  # (work folder, title, what differed): docs/decisions.md has the reasons
+    ("results-v2-removal-kl", "search v1 with removal-KL importance (before the measured choice)",
+     "The architecture was the router's decode of the cvxpy start, which maximizes the sum of single-removal KLs; "
+     "no measured refinement. Uniform rows are the same builds as above (their stages did not change)."),
+    ("results-v1-cosine", "importance v1 (cosine sub-layer weights)",
+     "Before the objective weighed sub-blocks by their removal KL. Profile of that day (cpu-vllm bound then "
+     "tpot <= 80 ms)."),
+)
 
 
 def runs(contracts, cpu_seeds) -> list[tuple[str, int]]:
@@ -125,6 +133,11 @@ def table(rows: list[dict], args) -> str:
         out += [f"- **{row['contract']} seed {row['seed']}** ({r['how']})",
                 f"  - autocompress: {_shape(r['architecture'])}; {_thirds(r['architecture'], r['parent_architecture'])}",
                 f"  - uniform: {_shape(r['baseline']['architecture'])}"]
+        ref = r.get("refine")
+        if ref:  # the measured choice (refine.py): KL to the parent before distillation
+            out.append("  - candidates, KL before distillation on held-apart training rows: " + ", ".join(
+                f"{c['name']} {c['kl']:.3f} (hidden {c['hidden']}, attention {c['attention']}, FFN {c['ffn']})"
+                for c in sorted(ref["candidates"], key=lambda c: c["kl"])))
     out += ["", "## Stage wall times (s)", "", "| contract | seed | " + " | ".join(_stage_names(rows)) + " | build total |",
             "|---|---|" + "---|" * (len(_stage_names(rows)) + 1)]
     for row in rows:
@@ -217,14 +230,15 @@ def _write(rows, args) -> None:
     if not rows:
         return
     text = table(rows, args)
-    prev = sorted((Path(args.work) / "results-v1-cosine").glob("*.json"))
-    if prev:  # the runs of the first method, kept so the change can be judged (docs/decisions.md)
+    for folder, title, what in EARLIER:  # the runs of earlier methods, kept so each change can be judged
+        prev = sorted((Path(args.work) / folder).glob("*.json"))
+        if not prev:
+            continue
         old = [json.loads(p.read_text()) for p in prev]
-        text += ("\n## Earlier runs: importance v1 (cosine sub-layer weights), same budget and seeds\n\n"
-                 "Before the objective weighed sub-blocks by their removal KL. Same command, profile of that day "
-                 "(cpu-vllm bound then tpot <= 80 ms).\n\n" + "\n".join(_quality_table(old)) + "\n\n"
-                 + "\n".join(f"- **{r['contract']} seed {r['seed']}**: autocompress {_shape(r['report']['architecture'])}; "
-                              f"uniform {_shape(r['report']['baseline']['architecture'])}" for r in old) + "\n")
+        text += (f"\n## Earlier runs: {title}, same budget and seeds\n\n{what}\n\n" + "\n".join(_quality_table(old))
+                 + "\n\n" + "\n".join(f"- **{r['contract']} seed {r['seed']}**: autocompress "
+                                       f"{_shape(r['report']['architecture'])}; uniform "
+                                       f"{_shape(r['report']['baseline']['architecture'])}" for r in old) + "\n")
     Path(args.out + ".md").write_text(text)
     Path(args.out + ".json").write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out}.md ({len(rows)} runs)", flush=True)
