@@ -157,6 +157,9 @@ def greedy(tables: list[CostTables], h: int, measure: Measure, cfg: RefineConfig
             picked.append(m)
             used.add((m[0], m[1]))
             removed += gains[m]
+        if not picked:  # the budget ran out inside the round
+            log(f"[refine] hidden {tables[h].d}: greedy stopped with violation {v:.3f} ({evals} forwards)")
+            return None, evals
         s = apply(s, picked)
         q, evals = measure(s), evals + 1
         v = violation(costs(tables, s))

@@ -44,6 +44,9 @@ def test_greedy_reaches_the_bound_and_sees_the_interaction():
 def test_greedy_stops_within_its_budget():
     s, evals = greedy(tables(), 0, of_states(kl), RefineConfig(max_evals=3))
     assert s is None and evals <= 3
+    # a budget that runs out inside a round (after its new moves, before a pick) also stops
+    s, evals = greedy(tables(), 0, of_states(kl), RefineConfig(max_evals=6))
+    assert s is None and evals == 6
 
 
 def test_greedy_fills_the_slack_a_coarse_round_leaves():
