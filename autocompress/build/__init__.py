@@ -193,8 +193,14 @@ def run_build(spec_path: str, work_dir: str | None = None, log: Callable[[str], 
             search_stage, log))
         chosen = json.loads((srch.path / "architecture.json").read_text())
         arch = arch_from_json(chosen["architecture"], parent.architecture)
+        # distillation is keyed by what it reads (the architecture, the permuted weights, the
+        # teacher outputs), not by the search that chose it: when autocompress's measured choice is
+        # the uniform grid's point, both strategies share one distillation
+        from autocompress.report.feasibility import _arch as arch_dict
+
+        dkey = stage_key("student", imp.key, tkey, json.dumps(arch_dict(arch), sort_keys=True))
         result = timed(f"distill+export{tag}", lambda: distill_and_export(
-            arch, permuted, cfg, teacher, train_rows, strat, folder, target, work, srch.key, log, progress))
+            arch, permuted, cfg, teacher, train_rows, strat, folder, target, work, dkey, log, progress))
         quality = timed(f"evaluate{tag}", lambda: evaluate_build(parent_quality, target, heldout, held_teacher, folder,
                                                                  strat))
         return chosen, arch, result, quality
