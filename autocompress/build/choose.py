@@ -7,6 +7,7 @@ so a user can A/B them with one line of the spec.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import torch
@@ -120,7 +121,9 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
         seeds["uniform grid"] = net.indices_of(feas.uniform.evaluation.arch)
     search_kl, select_kl = _measures(net, teacher, train_rows, settings)
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
+    t_ref = time.perf_counter()
     ref = refine(tables, seeds, search_kl, select_kl, RefineConfig(), log)
+    t_ref = time.perf_counter() - t_ref
     arch = ev = None
     for cand in sorted(ref.candidates, key=lambda c: c.kl):  # the exact cost model has the last word
         arch = net.architecture(*cand.state)
@@ -141,7 +144,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     out["how"] = how
     out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
                      "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
-    out["refine"] = {"forwards": ref.evals, "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
+    out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
         {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
          "attention": sum(1 for a in c.state[1] if a), "ffn": sum(1 for f in c.state[2] if f)} for c in ref.candidates]}
     return out

@@ -72,7 +72,8 @@ def render_build_markdown(r: dict) -> str:
     ref = r.get("refine")
     if ref:
         out += ["", f"### Candidates (KL to the parent before distillation, measured on {ref.get('tokens', '?')} "
-                    f"training tokens the greedy never saw; {ref['forwards']} forwards)", "",
+                    f"training tokens the greedy never saw; {ref['forwards']} forwards"
+                    + (f", {ref['seconds']} s" if ref.get("seconds") is not None else "") + ")", "",
                 "| candidate | hidden | attention | FFN | KL |", "|---|---|---|---|---|"]
         out += [f"| {c['name']} | {c['hidden']} | {c['attention']} | {c['ffn']} | {c['kl']:.3f} |"
                 for c in sorted(ref["candidates"], key=lambda c: c["kl"])]
