@@ -67,14 +67,7 @@ class RefineResult:
 
 def costs(tables: list[CostTables], s: State) -> np.ndarray:
     """Normalized bound values (1 = on the bound) of a discrete state, from the exact tables."""
-    h, ca, cf = s
-    t = tables[h]
-    L = len(ca)
-    pa = np.zeros((L, t.attn.shape[2]))
-    pf = np.zeros((L, t.ffn.shape[2]))
-    pa[np.arange(L), ca] = 1
-    pf[np.arange(L), cf] = 1
-    return t.expected(pa, pf)
+    return tables[s[0]].expected(*tables[s[0]].one_hot(s[1], s[2]))
 
 
 def violation(e: np.ndarray) -> float:

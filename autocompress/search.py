@@ -183,10 +183,4 @@ def search(tables: list[CostTables], quality_loss: Callable[[int, torch.Tensor, 
 
 def choices_to_numpy(tables: list[CostTables], h: int, ca, cf) -> tuple[np.ndarray, np.ndarray]:
     """One-hot option matrices for ``CostTables.expected``."""
-    t = tables[h]
-    L = len(ca)
-    pa = np.zeros((L, t.attn.shape[2]))
-    pf = np.zeros((L, t.ffn.shape[2]))
-    pa[np.arange(L), ca] = 1
-    pf[np.arange(L), cf] = 1
-    return pa, pf
+    return tables[h].one_hot(ca, cf)

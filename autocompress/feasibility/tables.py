@@ -45,6 +45,15 @@ class CostTables:
     both: np.ndarray  # (B,): per-layer overhead counted twice when attention and FFN both run
     options: Options
 
+    def one_hot(self, ca, cf) -> tuple[np.ndarray, np.ndarray]:
+        """One-hot option matrices of a discrete choice (option index per layer), for ``expected``."""
+        L = len(ca)
+        pa = np.zeros((L, self.attn.shape[2]))
+        pf = np.zeros((L, self.ffn.shape[2]))
+        pa[np.arange(L), ca] = 1
+        pf[np.arange(L), cf] = 1
+        return pa, pf
+
     def expected(self, pa: np.ndarray, pf: np.ndarray) -> np.ndarray:
         """Expected normalized bound values for per-layer option probabilities (numpy)."""
         keep_a, keep_f = 1 - pa[:, 0], 1 - pf[:, 0]
