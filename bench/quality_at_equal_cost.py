@@ -60,7 +60,7 @@ def contract_spec(example: str, seed: int, steps: int, seq: int, search_steps: i
 
 
 def run_one(work: Path, example: str, seed: int, args) -> dict:
-    from autocompress.build import run_build
+    from autocompress.compress.pipeline import run_build
 
     name = f"{example}-s{seed}"
     result = work / "results" / f"{name}.json"
@@ -71,7 +71,9 @@ def run_one(work: Path, example: str, seed: int, args) -> dict:
     spec.write_text(contract_spec(example, seed, args.steps, args.seq, args.search_steps, f"../out/{name}"))
     t = time.perf_counter()
     print(f"=== {name}: building autocompress + uniform ({time.strftime('%H:%M:%S')})", flush=True)
-    r = run_build(str(spec), work_dir=str(work / "stages"), log=lambda m: print(m, flush=True), progress=False,
+    from autocompress.progress import LineSink, Progress
+
+    r = run_build(str(spec), work_dir=str(work / "stages"), progress=Progress(LineSink(lambda m: print(m, flush=True))),
                   baseline="uniform")
     row = {"contract": example, "seed": seed, "wall_s": round(time.perf_counter() - t, 1), "report": r.report}
     result.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +113,6 @@ def _thirds(a: dict, parent: dict) -> str:
 
 
 def table(rows: list[dict], args) -> str:
-    from autocompress.report.feasibility import fmt_value
 
     load = os.getloadavg()
     out = ["# Quality at equal cost: autocompress vs uniform (Minitron-style), SmolLM2-135M parent", "",

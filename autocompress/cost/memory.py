@@ -28,8 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autocompress.catalog.engines import (ENGINES, SchedulerLimits, cudagraph_capture_sizes, kv_block_size,
-                                         scheduler_defaults)
+from autocompress.catalog.engines import (ENGINES, SchedulerLimits, cudagraph_capture_sizes, kv_block_size, scheduler_defaults)
 from autocompress.catalog.hardware import resolve_device
 from autocompress.catalog.precisions import PRECISIONS, activation_bytes
 from autocompress.cost.profile import load_profile

@@ -4,7 +4,7 @@ A profile holds everything the analytic model cannot know from shapes alone: roo
 efficiencies (overall and per op class), per-kernel and per-step constants, memory terms of the
 engine, and the model's ``known_error`` against real runs (``None`` until measured; the report
 quotes it). Profiles are JSON files validated against ``specs/profile.schema.json``. Built-in
-defaults (``autocompress/profiles/{gpu,cpu}-{vllm,transformers}-default.json``) carry
+defaults (``autocompress/cost/profiles/{gpu,cpu}-{vllm,transformers}-default.json``) carry
 ``source: "default"``; ``acc profile`` writes measured ones.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from autocompress._resources import schema
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise", "sampler", "comm")
 
 

@@ -1,44 +1,23 @@
-"""Write checkpoints that stock transformers and stock vLLM load.
-
-Two formats, both plain safetensors + ``config.json`` folders:
+"""The DeciLM ("nemotron-nas") and Llama configs of an architecture, and the tensors they expect.
 
 * **DeciLM** (``"model_type": "nemotron-nas"``, ``DeciLMForCausalLM``): per-layer KV heads and FFN widths,
   removable attention/FFN halves. vLLM serves it natively; transformers loads it through the two
-  self-contained files in ``autocompress/modeling`` that we copy into the folder (``auto_map``,
+  self-contained files in ``autocompress/modeling`` that the writer copies into the folder (``auto_map``,
   ``trust_remote_code=True``).
 * **Llama** (``LlamaForCausalLM``): for a homogeneous result; needs no remote code at all.
 
-Every writer validates the tensors against the config (names and shapes, as vLLM's loader will see them)
-before writing, writes into a temporary sibling folder and renames it into place at the end, so a
-failed export never leaves a half-written model behind.
+``writer`` writes the folders.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..ir import MLP, Architecture, Attention
+from autocompress.ir import MLP, Architecture, Attention
 
 if TYPE_CHECKING:
     import torch
-
-#: Tokenizer files copied from ``tokenizer_dir`` when present (fast, sentencepiece and BPE layouts).
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
 
 _DEFAULT_GLOBALS: dict[str, Any] = {
     "rms_norm_eps": 1e-5,
@@ -166,7 +145,7 @@ def expected_shapes(cfg: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
             kv = None if a["no_op"] else heads // a["n_heads_in_group"]
             width = None if f["no_op"] else f.get("intermediate_size")
             if width is None and not f["no_op"]:
-                from ..modeling.configuration_decilm import ffn_mult_to_intermediate_size
+                from autocompress.modeling.configuration_decilm import ffn_mult_to_intermediate_size
 
                 width = ffn_mult_to_intermediate_size(f["ffn_mult"], d)
         p = f"model.layers.{i}."
@@ -188,7 +167,7 @@ def expected_shapes(cfg: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _checked_tensors(cfg: Mapping[str, Any], state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def checked_tensors(cfg: Mapping[str, Any], state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     want = expected_shapes(cfg)
     given = dict(state_dict)
     if cfg.get("tie_word_embeddings"):
@@ -207,141 +186,3 @@ def _checked_tensors(cfg: Mapping[str, Any], state_dict: Mapping[str, torch.Tens
         out[k] = t.clone() if key in seen else t  # safetensors refuses shared storage
         seen.add(key)
     return out
-
-
-# ---- writing ------------------------------------------------------------------------------------
-def _copy_tokenizer(tokenizer_dir: str | os.PathLike, dest: Path) -> None:
-    src = Path(tokenizer_dir)
-    found = [n for n in TOKENIZER_FILES if (src / n).is_file()]
-    if not found:
-        raise FileNotFoundError(f"no tokenizer files in {src} (looked for {', '.join(TOKENIZER_FILES)})")
-    for n in found:
-        shutil.copy2(src / n, dest / n)
-
-
-def _write_atomically(out_dir: str | os.PathLike, fill, overwrite: bool) -> Path:
-    out = Path(out_dir).resolve()
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists (pass overwrite=True to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        fill(tmp)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-def _export(out_dir, cfg: dict[str, Any], state_dict, tokenizer_dir, overwrite: bool, decilm: bool) -> Path:
-    import torch
-    from safetensors.torch import save_file
-    from transformers import GenerationConfig
-
-    tensors = _checked_tensors(cfg, state_dict)
-    dtypes = {t.dtype for t in tensors.values()}
-    if len(dtypes) != 1:
-        raise ValueError(f"mixed tensor dtypes {sorted(map(str, dtypes))}; cast the state_dict first")
-    dtype = str(dtypes.pop()).removeprefix("torch.")
-
-    if decilm:
-        from .. import modeling
-        from ..modeling.configuration_decilm import DeciLMConfig
-
-        config = DeciLMConfig(**cfg)  # the copied class must accept what we write
-        config.architectures = ["DeciLMForCausalLM"]
-        config.auto_map = dict(modeling.DECILM_AUTO_MAP)
-    else:
-        from transformers import LlamaConfig
-
-        config = LlamaConfig(**cfg)
-        config.architectures = ["LlamaForCausalLM"]
-    config.dtype = getattr(torch, dtype)
-
-    def fill(tmp: Path) -> None:
-        config.save_pretrained(tmp)
-        GenerationConfig(
-            bos_token_id=cfg.get("bos_token_id"), eos_token_id=cfg.get("eos_token_id"),
-            pad_token_id=cfg.get("pad_token_id"),
-        ).save_pretrained(tmp)
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        if decilm:
-            for name in modeling.DECILM_FILES:
-                shutil.copy2(modeling.source_dir() / name, tmp / name)
-        if tokenizer_dir is not None:
-            _copy_tokenizer(tokenizer_dir, tmp)
-
-    return _write_atomically(out_dir, fill, overwrite)
-
-
-def _config_arg(config: Architecture | Mapping[str, Any], llama_globals: dict, build) -> dict[str, Any]:
-    if isinstance(config, Architecture):
-        return build(config, **llama_globals)
-    if llama_globals:
-        raise TypeError("Llama globals are only taken with an Architecture; put them in the config dict")
-    return dict(config)
-
-
-def export_decilm(
-    out_dir: str | os.PathLike,
-    config: Architecture | Mapping[str, Any],
-    state_dict: Mapping[str, torch.Tensor],
-    tokenizer_dir: str | os.PathLike | None = None,
-    *,
-    overwrite: bool = False,
-    **llama_globals: Any,
-) -> Path:
-    """Write a DeciLM checkpoint folder; returns its path.
-
-    ``config``: an ``Architecture`` (with ``llama_globals`` as for ``decilm_config_from_architecture``) or
-    a DeciLM config dict. ``state_dict``: Llama parameter names, one dtype; tied ``lm_head`` may be absent.
-    """
-    cfg = _config_arg(config, llama_globals, decilm_config_from_architecture)
-    check_decilm_servable(cfg)
-    return _export(out_dir, cfg, state_dict, tokenizer_dir, overwrite, decilm=True)
-
-
-def export_llama(
-    out_dir: str | os.PathLike,
-    config: Architecture | Mapping[str, Any],
-    state_dict: Mapping[str, torch.Tensor],
-    tokenizer_dir: str | os.PathLike | None = None,
-    *,
-    overwrite: bool = False,
-    **llama_globals: Any,
-) -> Path:
-    """Write a plain LlamaForCausalLM checkpoint folder (homogeneous models); returns its path."""
-    cfg = _config_arg(config, llama_globals, llama_config_from_architecture)
-    return _export(out_dir, cfg, state_dict, tokenizer_dir, overwrite, decilm=False)
-
-
-def llama_format(arch: Architecture) -> bool:
-    """Whether ``export_architecture`` writes ``arch`` as plain Llama: every block the same full block,
-    and a hidden size LlamaConfig accepts (a multiple of the head count)."""
-    b0 = arch.blocks[0]
-    return (arch.is_homogeneous() and b0.attention is not None and b0.ffn is not None
-            and arch.hidden_size % arch.num_heads == 0)
-
-
-def export_architecture(
-    out_dir: str | os.PathLike,
-    arch: Architecture,
-    state_dict: Mapping[str, torch.Tensor],
-    tokenizer_dir: str | os.PathLike | None = None,
-    *,
-    overwrite: bool = False,
-    **llama_globals: Any,
-) -> Path:
-    """Llama when every block is the same full block, DeciLM otherwise (no remote code when possible).
-
-    transformers' LlamaConfig rejects a hidden size that is not a multiple of the head count (a
-    pruned hidden size such as 448 with 9 heads), so such a model is written as DeciLM too."""
-    writer = export_llama if llama_format(arch) else export_decilm
-    return writer(out_dir, arch, state_dict, tokenizer_dir, overwrite=overwrite, **llama_globals)

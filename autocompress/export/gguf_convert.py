@@ -7,7 +7,7 @@ safetensors folder. So the conversion runs once and lands in the content-address
 
     <cache_root>/gguf/<key>/   config.json, model.safetensors, generation_config.json, tokenizer files
 
-``key`` hashes the GGUF bytes, the transformers version and ours. The folder is written under a
+``key`` hashes the GGUF bytes, the transformers version and this module's code. The folder is written under a
 temporary name and renamed into place, so a crash never leaves a half-converted model that a later
 run would trust. The result is a stock ``LlamaForCausalLM`` folder for Llama-family GGUFs.
 """
@@ -15,11 +15,10 @@ run would trust. The result is a stock ``LlamaForCausalLM`` folder for Llama-fam
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from ..cache import cache_root, key, sha256_file
+from autocompress.cache import atomic_dir, atomic_write_json, cache_root, code_digest, key, sha256_file
+from autocompress.export.manifest import MANIFEST, manifest_dict, replaceable
 
 
 def gguf_cache_dir(gguf_path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
@@ -27,7 +26,8 @@ def gguf_cache_dir(gguf_path: str | os.PathLike, root: str | os.PathLike | None 
     import transformers
 
     digest = sha256_file(gguf_path)
-    k = key("gguf-convert", digest, f"transformers {transformers.__version__}")
+    k = key("gguf-convert", digest, f"transformers {transformers.__version__}",
+            code_digest("autocompress.export.gguf_convert"))
     return Path(root) if root is not None else cache_root() / "gguf" / k[:24]
 
 
@@ -46,9 +46,10 @@ def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    ok, why = replaceable(out)  # a stale, incomplete conversion of ours is replaced; anything else is not
+    if not ok:
+        raise FileExistsError(f"refusing to convert into {out}: {why}")
+    with atomic_dir(out, replace=True) as tmp:
         folder, name = str(gguf_path.parent), gguf_path.name
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
         # The loaded model keeps a GGUF "quantizer" that refuses save_pretrained (and its
@@ -66,18 +67,13 @@ def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = 
         plain.save_pretrained(tmp)
         AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(tmp)
         del plain
-        if out.exists():  # a stale, incomplete folder (no config or weights): replace it
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        atomic_write_json(tmp / MANIFEST, manifest_dict(out, None, "gguf-convert"))
     return out
 
 
 def convert_alias(alias: str = "smollm2-135m", root: str | os.PathLike | None = None) -> Path:
     """Convert a built-in GGUF parent alias (located without importing its package)."""
-    from ..parents.aliases import ALIASES
+    from autocompress.parents.aliases import ALIASES
 
     info = ALIASES[alias]
     path = info.locate()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autocompress.feasibility.relax import A, G, Relaxation
+from autocompress.feasibility.metrics import A, G, Relaxation
 
 
 def numeric(relax: Relaxation) -> dict:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from autocompress.feasibility._numeric import layer_terms, move_deltas, numeric, relaxed_batch
-from autocompress.feasibility.evaluate import Evaluation, evaluate
-from autocompress.feasibility.relax import A, G, K, W, Relaxation
+from autocompress.feasibility.exact import Evaluation, evaluate
+from autocompress.feasibility.metrics import A, G, K, W, Relaxation
 from autocompress.ir import MLP, Architecture, Attention, Block, MoE
 
 MAX_MOVES = 256

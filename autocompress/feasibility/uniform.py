@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from autocompress.feasibility._numeric import relaxed_batch
-from autocompress.feasibility.evaluate import evaluate
-from autocompress.feasibility.relax import A, G, K, W, Relaxation
+from autocompress.feasibility.exact import evaluate
+from autocompress.feasibility.metrics import A, G, K, W, Relaxation
 from autocompress.feasibility.rounding import arch_to_x, x_to_arch
 from autocompress.ir import MLP
 

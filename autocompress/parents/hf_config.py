@@ -15,190 +15,63 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from autocompress.ir import MLP, Architecture, Attention, Block, Mamba2, MoE
+from autocompress.parents import config_access as ca
+from autocompress.parents.config_access import Cfg, ConfigError
 
 
-class ConfigError(ValueError):
-    """A config.json we cannot turn into an architecture. ``key`` names the offending key."""
-
-    def __init__(self, message: str, key: str = "", hint: str = ""):
-        super().__init__(message)
-        self.key = key
-        self.hint = hint
-
-
-class _Cfg:
-    """Typed, checked access to a config dict; every failure names the key."""
-
-    def __init__(self, raw: dict[str, Any], where: str = "config.json"):
-        self.raw = raw
-        self.where = where
-
-    def has(self, key: str) -> bool:
-        return self.raw.get(key) is not None
-
-    def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
-        value = self.raw.get(key)
-        if value is None:
-            if default is None:
-                raise ConfigError(f"{self.where}: missing required key '{key}'", key)
-            return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"{self.where}: '{key}' must be an integer >= {minimum}, got {value!r}", key)
-        return value
-
-    def float(self, key: str, default: float | None = None) -> float:
-        value = self.raw.get(key)
-        if value is None:
-            if default is None:
-                raise ConfigError(f"{self.where}: missing required key '{key}'", key)
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"{self.where}: '{key}' must be a positive number, got {value!r}", key)
-        return float(value)
-
-    def bool(self, key: str, default: bool) -> bool:
-        value = self.raw.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise ConfigError(f"{self.where}: '{key}' must be true or false, got {value!r}", key)
-        return value
-
-    def str(self, key: str, default: str) -> str:
-        value = self.raw.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise ConfigError(f"{self.where}: '{key}' must be a string, got {value!r}", key)
-        return value
-
-    def list(self, key: str, default: list | None = None) -> list:
-        value = self.raw.get(key)
-        if value is None:
-            return [] if default is None else default
-        if not isinstance(value, list):
-            raise ConfigError(f"{self.where}: '{key}' must be a list, got {type(value).__name__}", key)
-        return value
-
-    def dict(self, key: str) -> dict:
-        value = self.raw.get(key)
-        if not isinstance(value, dict):
-            raise ConfigError(f"{self.where}: '{key}' must be an object, got {value!r}", key)
-        return value
-
-
-# ---- shared pieces ----------------------------------------------------------------------------
-
-def _heads(c: _Cfg, default_head_dim: int | None = None) -> tuple[int, int, int, int]:
-    """(hidden, q heads, kv heads, head_dim); head_dim explicit (Qwen3, Gemma3, Mistral-Nemo) or d/H."""
-    hidden = c.int("hidden_size")
-    heads = c.int("num_attention_heads")
-    kv = c.int("num_key_value_heads", heads)
-    if c.has("head_dim"):
-        head_dim = c.int("head_dim")
-    elif default_head_dim is not None:
-        head_dim = default_head_dim
-    else:
-        if hidden % heads:
-            raise ConfigError(f"{c.where}: hidden_size {hidden} is not divisible by num_attention_heads "
-                              f"{heads} and no head_dim is given", "head_dim")
-        head_dim = hidden // heads
-    if heads % kv:
-        raise ConfigError(f"{c.where}: num_key_value_heads {kv} must divide num_attention_heads {heads}",
-                          "num_key_value_heads")
-    return hidden, heads, kv, head_dim
-
-
-def _layer_windows(c: _Cfg, layers: int, window: int | None, sliding: Callable[[int], bool]) -> list[int | None]:
-    """Per-layer sliding window: an explicit ``layer_types`` list wins over the family's rule."""
-    types = c.list("layer_types")
-    if types:
-        if len(types) != layers:
-            raise ConfigError(f"{c.where}: 'layer_types' has {len(types)} entries for {layers} layers",
-                              "layer_types")
-        bad = sorted({t for t in types if t not in ("full_attention", "sliding_attention")})
-        if bad:
-            raise ConfigError(f"{c.where}: 'layer_types' may hold full_attention or sliding_attention, "
-                              f"got {', '.join(map(repr, bad))}", "layer_types")
-        return [window if t == "sliding_attention" and window else None for t in types]
-    return [window if window and sliding(i) else None for i in range(layers)]
-
-
-def _arch(c: _Cfg, family: str, blocks: list[Block], hidden: int, heads: int, head_dim: int,
-          tie_default: bool, max_pos_default: int, name: str, notes: list[str]) -> Architecture:
-    return Architecture(
-        family=family,
-        vocab_size=c.int("vocab_size"),
-        hidden_size=hidden,
-        num_heads=heads,
-        head_dim=head_dim,
-        tie_embeddings=c.bool("tie_word_embeddings", tie_default),
-        blocks=tuple(blocks),
-        max_position=c.int("max_position_embeddings", max_pos_default),
-        name=name,
-        notes=tuple(notes),
-    )
-
-
-def _act(c: _Cfg, key: str, default: str) -> str:
-    return c.str(key, default)
-
-
-# ---- builders ---------------------------------------------------------------------------------
-
-def _llama(c: _Cfg, name: str) -> Architecture:
+def _llama(c: Cfg, name: str) -> Architecture:
     """Llama / SmolLM2 / Mistral: attention + gated MLP in every layer."""
-    hidden, heads, kv, hd = _heads(c)
+    hidden, heads, kv, hd = ca.heads(c)
     layers = c.int("num_hidden_layers")
     mistral = c.raw.get("model_type") == "mistral"
     window = None
     if mistral:  # MistralConfig defaults to a 4096 window; an explicit null turns it off
         window = c.int("sliding_window", 4096) if "sliding_window" not in c.raw or c.has("sliding_window") else None
-    windows = _layer_windows(c, layers, window, lambda i: True)
-    mlp = MLP(c.int("intermediate_size"), True, _act(c, "hidden_act", "silu"))
+    windows = ca.layer_windows(c, layers, window, lambda i: True)
+    mlp = MLP(c.int("intermediate_size"), True, ca.act(c, "hidden_act", "silu"))
     blocks = [Block(Attention(heads, kv, hd, windows[i]), mlp) for i in range(layers)]
     notes = ["attention/MLP biases not modelled"] if c.bool("attention_bias", False) or c.bool("mlp_bias", False) else []
-    return _arch(c, c.raw["model_type"], blocks, hidden, heads, hd, False, 131072 if mistral else 2048, name, notes)
+    return ca.arch(c, c.raw["model_type"], blocks, hidden, heads, hd, False, 131072 if mistral else 2048, name, notes)
 
 
-def _qwen_dense(c: _Cfg, name: str) -> Architecture:
+def _qwen_dense(c: Cfg, name: str) -> Architecture:
     """Qwen2 / Qwen2.5 / Qwen3: Llama blocks; sliding window (if enabled) from max_window_layers on."""
     qwen3 = c.raw.get("model_type") == "qwen3"
-    hidden, heads, kv, hd = _heads(c, 128 if qwen3 else None)
+    hidden, heads, kv, hd = ca.heads(c, 128 if qwen3 else None)
     layers = c.int("num_hidden_layers")
     window = c.int("sliding_window") if c.bool("use_sliding_window", False) and c.has("sliding_window") else None
     start = c.int("max_window_layers", 28, minimum=0)
-    windows = _layer_windows(c, layers, window, lambda i: i >= start)
-    mlp = MLP(c.int("intermediate_size"), True, _act(c, "hidden_act", "silu"))
+    windows = ca.layer_windows(c, layers, window, lambda i: i >= start)
+    mlp = MLP(c.int("intermediate_size"), True, ca.act(c, "hidden_act", "silu"))
     blocks = [Block(Attention(heads, kv, hd, windows[i]), mlp) for i in range(layers)]
     notes = ["q/k RMSNorm (2 x head_dim per layer) not counted" if qwen3 else
              "q/k/v projection biases (hidden + 2 x kv_heads x head_dim per layer) not counted"]
-    return _arch(c, c.raw["model_type"], blocks, hidden, heads, hd, False, 40960 if qwen3 else 32768, name, notes)
+    return ca.arch(c, c.raw["model_type"], blocks, hidden, heads, hd, False, 40960 if qwen3 else 32768, name, notes)
 
 
-def _mixtral(c: _Cfg, name: str) -> Architecture:
-    hidden, heads, kv, hd = _heads(c)
+def _mixtral(c: Cfg, name: str) -> Architecture:
+    hidden, heads, kv, hd = ca.heads(c)
     layers = c.int("num_hidden_layers")
     window = c.int("sliding_window") if c.has("sliding_window") else None
-    windows = _layer_windows(c, layers, window, lambda i: True)
+    windows = ca.layer_windows(c, layers, window, lambda i: True)
     experts = c.int("num_local_experts", 8)
     moe = MoE(experts, c.int("num_experts_per_tok", 2), c.int("intermediate_size"), 0, 0, True,
-              _act(c, "hidden_act", "silu"))
+              ca.act(c, "hidden_act", "silu"))
     blocks = [Block(Attention(heads, kv, hd, windows[i]), moe) for i in range(layers)]
-    return _arch(c, "mixtral", blocks, hidden, heads, hd, False, 4096 * 32, name, [])
+    return ca.arch(c, "mixtral", blocks, hidden, heads, hd, False, 4096 * 32, name, [])
 
 
-def _qwen_moe(c: _Cfg, name: str) -> Architecture:
+def _qwen_moe(c: Cfg, name: str) -> Architecture:
     """Qwen2-MoE / Qwen3-MoE: MoE where ``(i+1) % decoder_sparse_step == 0`` and i not in mlp_only_layers."""
     qwen3 = c.raw.get("model_type") == "qwen3_moe"
-    hidden, heads, kv, hd = _heads(c, 128 if qwen3 else None)
+    hidden, heads, kv, hd = ca.heads(c, 128 if qwen3 else None)
     layers = c.int("num_hidden_layers")
     step = c.int("decoder_sparse_step", 1)
     dense_only = c.list("mlp_only_layers")
     if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < layers for i in dense_only):
         raise ConfigError(f"{c.where}: 'mlp_only_layers' must list layer indices in 0..{layers - 1}, "
                           f"got {dense_only!r}", "mlp_only_layers")
-    act = _act(c, "hidden_act", "silu")
+    act = ca.act(c, "hidden_act", "silu")
     experts = c.int("num_experts", 128 if qwen3 else 60)
     top_k = c.int("num_experts_per_tok", 8 if qwen3 else 4)
     width = c.int("moe_intermediate_size", 768 if qwen3 else 1408)
@@ -207,33 +80,33 @@ def _qwen_moe(c: _Cfg, name: str) -> Architecture:
     dense = MLP(c.int("intermediate_size"), True, act)
     window = c.int("sliding_window") if c.bool("use_sliding_window", False) and c.has("sliding_window") else None
     start = c.int("max_window_layers", layers, minimum=0)
-    windows = _layer_windows(c, layers, window, lambda i: i >= start)
+    windows = ca.layer_windows(c, layers, window, lambda i: i >= start)
     blocks = [Block(Attention(heads, kv, hd, windows[i]),
                     moe if i not in dense_only and (i + 1) % step == 0 else dense) for i in range(layers)]
     notes = ["q/k RMSNorm (2 x head_dim per layer) not counted" if qwen3 else
              "q/k/v biases and the shared-expert gate (hidden per layer) not counted"]
-    return _arch(c, c.raw["model_type"], blocks, hidden, heads, hd, False, 40960 if qwen3 else 32768, name, notes)
+    return ca.arch(c, c.raw["model_type"], blocks, hidden, heads, hd, False, 40960 if qwen3 else 32768, name, notes)
 
 
-def _gemma3(c: _Cfg, name: str) -> Architecture:
+def _gemma3(c: Cfg, name: str) -> Architecture:
     """Gemma3 text: head_dim 256 by default; every ``sliding_window_pattern``-th layer is global.
 
     Query scaling (``query_pre_attn_scalar``), the embedding scale and the four norms per layer do
     not change shapes; the IR records head_dim only and counts two norms per layer.
     """
-    hidden, heads, kv, hd = _heads(c, 256)
+    hidden, heads, kv, hd = ca.heads(c, 256)
     layers = c.int("num_hidden_layers")
     window = c.int("sliding_window", 4096)
     pattern = c.int("sliding_window_pattern", c.int("_sliding_window_pattern", 6))
-    windows = _layer_windows(c, layers, window, lambda i: (i + 1) % pattern != 0)
-    mlp = MLP(c.int("intermediate_size"), True, _act(c, "hidden_activation", "gelu_pytorch_tanh"))
+    windows = ca.layer_windows(c, layers, window, lambda i: (i + 1) % pattern != 0)
+    mlp = MLP(c.int("intermediate_size"), True, ca.act(c, "hidden_activation", "gelu_pytorch_tanh"))
     blocks = [Block(Attention(heads, kv, hd, windows[i]), mlp) for i in range(layers)]
     notes = ["post-attention/post-FFN norms and q/k norms (2 x hidden + 2 x head_dim per layer) not counted",
              f"query_pre_attn_scalar {c.raw.get('query_pre_attn_scalar', 256)}"]
-    return _arch(c, "gemma3_text", blocks, hidden, heads, hd, True, 131072, name, notes)
+    return ca.arch(c, "gemma3_text", blocks, hidden, heads, hd, True, 131072, name, notes)
 
 
-def _nemotron_h(c: _Cfg, name: str) -> Architecture:
+def _nemotron_h(c: Cfg, name: str) -> Architecture:
     """NemotronH: one mixer or FFN per layer from ``hybrid_override_pattern``.
 
     'M' Mamba2, '*' attention, '-' dense MLP (non-gated relu2, ``intermediate_size``), 'E' MoE
@@ -257,7 +130,7 @@ def _nemotron_h(c: _Cfg, name: str) -> Architecture:
     if bad:
         raise ConfigError(f"{c.where}: 'hybrid_override_pattern' may hold M (Mamba2), * (attention), "
                           f"- (MLP) and E (MoE), got {', '.join(map(repr, bad))}", "hybrid_override_pattern")
-    act = _act(c, "mlp_hidden_act", "relu2")
+    act = ca.act(c, "mlp_hidden_act", "relu2")
     window = c.int("sliding_window") if c.has("sliding_window") else None
     blocks = []
     for ch in pattern:
@@ -276,7 +149,7 @@ def _nemotron_h(c: _Cfg, name: str) -> Architecture:
                                           c.int("moe_shared_expert_intermediate_size") if shared else 0,
                                           False, act)))
     notes = ["router score-correction bias (experts per MoE layer) not counted"] if "E" in pattern else []
-    return _arch(c, "nemotron_h", blocks, hidden, heads, hd, False, 4096, name, notes)
+    return ca.arch(c, "nemotron_h", blocks, hidden, heads, hd, False, 4096, name, notes)
 
 
 def ffn_mult_to_intermediate_size(ffn_mult: float, hidden: int) -> int:
@@ -285,7 +158,7 @@ def ffn_mult_to_intermediate_size(ffn_mult: float, hidden: int) -> int:
     return -(-width // 256) * 256
 
 
-def _decilm(c: _Cfg, name: str) -> Architecture:
+def _decilm(c: Cfg, name: str) -> Architecture:
     """DeciLM / nemotron-nas: global query heads and head_dim, per-block KV heads and FFN width."""
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     hd = c.int("head_dim") if c.has("head_dim") else hidden // heads
@@ -296,14 +169,14 @@ def _decilm(c: _Cfg, name: str) -> Architecture:
     if c.has("num_hidden_layers") and c.int("num_hidden_layers") != len(block_cfgs):
         raise ConfigError(f"{c.where}: 'block_configs' has {len(block_cfgs)} entries for num_hidden_layers "
                           f"{c.raw['num_hidden_layers']}", "block_configs")
-    act = _act(c, "hidden_act", "silu")
+    act = ca.act(c, "hidden_act", "silu")
     blocks = []
     for i, bc in enumerate(block_cfgs):
         where = f"{c.where}: block_configs[{i}]"
         if not isinstance(bc, dict):
             raise ConfigError(f"{where} must be an object, got {bc!r}", "block_configs")
-        attn = _Cfg(bc.get("attention") or {}, f"{where}.attention")
-        ffn = _Cfg(bc.get("ffn") or {}, f"{where}.ffn")
+        attn = Cfg(bc.get("attention") or {}, f"{where}.attention")
+        ffn = Cfg(bc.get("ffn") or {}, f"{where}.ffn")
         for sub in (attn, ffn):
             if sub.bool("replace_with_linear", False):
                 raise ConfigError(f"{sub.where}: replace_with_linear is not supported (the IR has no linear "
@@ -324,10 +197,10 @@ def _decilm(c: _Cfg, name: str) -> Architecture:
                 width = ffn_mult_to_intermediate_size(ffn.float("ffn_mult"), hidden)
             mlp = MLP(width, True, act)
         blocks.append(Block(mixer, mlp))
-    return _arch(c, "nemotron-nas", blocks, hidden, heads, hd, False, 2048, name, [])
+    return ca.arch(c, "nemotron-nas", blocks, hidden, heads, hd, False, 2048, name, [])
 
 
-Builder = Callable[[_Cfg, str], Architecture]
+Builder = Callable[[Cfg, str], Architecture]
 
 # model_type -> builder. Keep in step with examples/configs (tests/parents/test_families.py).
 FAMILIES: dict[str, Builder] = {
@@ -356,7 +229,7 @@ def architecture_from_config(config: dict[str, Any], name: str = "", where: str 
     if builder is None:
         raise ConfigError(f"{where}: unsupported model_type '{model_type}'; supported: {supported}", "model_type")
     try:
-        return builder(_Cfg(config, where), name or str(config.get("_name_or_path") or ""))
+        return builder(Cfg(config, where), name or str(config.get("_name_or_path") or ""))
     except ConfigError:
         raise
     except ValueError as e:  # an IR invariant (e.g. kv heads must divide q heads)

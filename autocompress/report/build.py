@@ -9,12 +9,13 @@ held-out data, and say on how many tokens.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from autocompress import __version__
 from autocompress.cache import atomic_write_text
-from autocompress.feasibility.evaluate import evaluate
-from autocompress.report.feasibility import _arch, _evaluation, fmt_value, layer_runs
+from autocompress.feasibility.exact import evaluate
+from autocompress.report.feasibility import arch_report, evaluation_dict, fmt_value, layer_runs
 from autocompress.report.heatmap import write_heatmap
 
 SCHEMA_ID = "autocompress/build-report/v1"
@@ -36,13 +37,13 @@ def write_build_report(out: Path, spec, spec_path, check_report, chosen, arch, p
         "schema": SCHEMA_ID,
         "autocompress": __version__,
         "spec": Path(spec_path).name,
-        "output": str(out),
+        "output": os.path.relpath(out, Path(spec_path).resolve().parent),  # relative: no machine paths in reports
         "strategy": settings.strategy,
         "how": chosen.get("how"),
         "refine": chosen.get("refine"),
-        "architecture": _arch(arch, chosen["architecture"].get("importance_kept")),
-        "parent_architecture": _arch(parent.architecture),
-        "predicted": {**_evaluation(ev), "profile": derived.profile.name, "profile_source": derived.profile.source},
+        "architecture": arch_report(arch, chosen["architecture"].get("importance_kept")),
+        "parent_architecture": arch_report(parent.architecture),
+        "predicted": {**evaluation_dict(ev), "profile": derived.profile.name, "profile_source": derived.profile.source},
         "quality": quality,
         "baseline": baseline,
         "distill": distill,

@@ -11,9 +11,9 @@ import json
 import os
 
 from autocompress import __version__
-from autocompress.ir import MLP, Architecture, Attention, Mamba2, MoE
+from autocompress.ir import Architecture, arch_to_dict
 
-SCHEMA_ID = "autocompress/feasibility-report/v1"
+SCHEMA_ID = "autocompress/feasibility-report/v2"
 MiB = 1 << 20
 
 
@@ -23,23 +23,15 @@ def _r(x: float | None) -> float | None:
     return float(f"{x:.4g}")
 
 
-def _arch(arch: Architecture, importance: float | None = None) -> dict:
-    layers = []
-    for b in arch.blocks:
-        m, f = b.mixer, b.ffn
-        mixer = ({"kind": "attention", "kv_heads": m.kv_heads} if isinstance(m, Attention) else
-                 {"kind": "mamba2", "heads": m.heads} if isinstance(m, Mamba2) else None)
-        ffn = ({"kind": "mlp", "width": f.width} if isinstance(f, MLP) else
-               {"kind": "moe", "experts": f.experts, "expert_width": f.expert_width} if isinstance(f, MoE) else None)
-        layers.append({"mixer": mixer, "ffn": ffn})
-    out = {"hidden": arch.hidden_size, "layers": layers, "params": arch.params(),
-           "active_params": arch.active_params(), "homogeneous": arch.is_homogeneous()}
+def arch_report(arch: Architecture, importance: float | None = None) -> dict:
+    """``ir.arch_to_dict`` plus the importance kept (rounded), as every report prints architectures."""
+    out = arch_to_dict(arch)
     if importance is not None:
         out["importance_kept"] = _r(importance)
     return out
 
 
-def _evaluation(ev) -> dict:
+def evaluation_dict(ev) -> dict:
     m = ev.memory
     return {
         "workloads": [{"name": c.workload, "mode": c.mode, "ttft_s": _r(c.ttft_s), "tpot_s": _r(c.tpot_s),
@@ -58,8 +50,9 @@ def _evaluation(ev) -> dict:
     }
 
 
-def build_report(spec, path: str, source: str, parent, derived, feas) -> dict:
-    """The report dict (schema ``specs/feasibility-report.schema.json``)."""
+def build_report(spec, path: str, source: str, parent, derived, feas, importance_file: dict | None = None) -> dict:
+    """The report dict (schema ``specs/feasibility-report.schema.json``). ``importance_file``:
+    ``{"file", "sha256"}`` of the importance file the objective used, None for the prior."""
     import hashlib
 
     t = spec.target
@@ -73,16 +66,17 @@ def build_report(spec, path: str, source: str, parent, derived, feas) -> dict:
         "spec": {"path": os.path.basename(path), "sha256": hashlib.sha256(source.encode()).hexdigest()},
         "parent": {"name": spec.parent.value, "kind": parent.kind, "description": parent.description,
                    "config_sha256": parent.content_hash, "has_weights": parent.has_weights,
-                   "architecture": _arch(parent.architecture)},
+                   "architecture": arch_report(parent.architecture)},
         "target": {"hardware": derived.device.name, "engine": t.engine, "weight_precision": t.weight_precision,
                    "kv_precision": t.kv_precision, "tensor_parallel": t.tensor_parallel,
                    "memory_limit_bytes": t.memory_limit_bytes},
         "cost_model": {"profile": prof.name, "source": prof.source, "known_error": known,
                        "kind": "predicted"},
         "derived": [{"setting": a, "value": b, "why": c} for a, b, c in derived.rows],
-        "importance": feas.importance_source if feas.importance_source == "prior" else "file",
+        "importance": "prior" if importance_file is None else {"source": "file", **importance_file},
         "verdict": feas.verdict,
-        "parent_costs": _evaluation(feas.parent),
+        "reason": feas.reason,
+        "parent_costs": evaluation_dict(feas.parent),
         "start": None,
         "uniform": None,
         "binding": list(feas.binding),
@@ -94,11 +88,11 @@ def build_report(spec, path: str, source: str, parent, derived, feas) -> dict:
                        "max_num_batched_tokens": derived.limits.max_num_batched_tokens} if t.engine == "vllm" else None,
     }
     if feas.start is not None:
-        report["start"] = {**_evaluation(feas.start.evaluation),
-                           "architecture": _arch(feas.start.evaluation.arch, feas.start.importance)}
+        report["start"] = {**evaluation_dict(feas.start.evaluation),
+                           "architecture": arch_report(feas.start.evaluation.arch, feas.start.importance)}
     if feas.uniform is not None:
-        report["uniform"] = {**_evaluation(feas.uniform.evaluation),
-                             "architecture": _arch(feas.uniform.evaluation.arch, feas.uniform.importance)}
+        report["uniform"] = {**evaluation_dict(feas.uniform.evaluation),
+                             "architecture": arch_report(feas.uniform.evaluation.arch, feas.uniform.importance)}
     return report
 
 
@@ -144,10 +138,14 @@ def layer_runs(arch: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
+VERDICT_TEXT = {"feasible": "FEASIBLE", "infeasible": "INFEASIBLE (proved)", "not_found": "NOT FOUND (not proved)"}
+
+
 def render_markdown(report: dict) -> str:
-    ok = report["verdict"] == "feasible"
     t, p = report["target"], report["parent"]
-    out = [f"## autocompress check: `{report['spec']['path']}`: **{report['verdict'].upper()}**", ""]
+    out = [f"## autocompress check: `{report['spec']['path']}`: **{VERDICT_TEXT[report['verdict']]}**", ""]
+    if report.get("reason"):
+        out += [f"> {report['reason']}", ""]
     limit = f", memory <= {fmt_value('memory', t['memory_limit_bytes'])}" if t["memory_limit_bytes"] else ""
     out.append(f"- **Parent**: {p['description']}")
     out.append(f"- **Target**: {t['hardware']}, {t['engine']}, {t['weight_precision']} weights, "
@@ -157,6 +155,9 @@ def render_markdown(report: dict) -> str:
            "measured error " + ", ".join(f"{k} median {v['median']:.1%} / p95 {v['p95']:.1%}"
                                          for k, v in cm["known_error"].items()))
     out.append(f"- **All numbers are predicted** by cost-model profile `{cm['profile']}` ({cm['source']}; {err}).")
+    imp = report["importance"]
+    out.append("- **Objective**: the importance prior (no build state read)" if imp == "prior" else
+               f"- **Objective**: measured importance from `{imp['file']}` (sha256 {imp['sha256'][:12]}...)")
     if report.get("serve_with"):
         sw = report["serve_with"]
         out.append(f"- **Serve with**: `--max-num-seqs {sw['max_num_seqs']} "
@@ -193,10 +194,12 @@ def render_markdown(report: dict) -> str:
         out.append(f"| {k} | {fmt_value('memory', mem[k])} |")
     if mem["message"]:
         out += ["", f"> {mem['message']}"]
-    if not ok:
+    if report["diagnosis"]:
         out += ["", "### What would make it feasible", ""]
         for d in report["diagnosis"]:
-            if d["best"] is None:
+            if d["basis"] == "engine":
+                out.append(f"- `{d['bound']}` {d['op']} {fmt_value(d['metric'], d['value'])}: {d['note']}.")
+            elif d["best"] is None:
                 out.append(f"- `{d['bound']}`: {d['note']}.")
             else:
                 basis = "with every other bound kept" if d["basis"] == "others kept" else "with every other bound dropped"

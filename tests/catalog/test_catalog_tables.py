@@ -5,7 +5,7 @@ import pytest
 from autocompress.catalog.engines import ENGINES, cudagraph_capture_sizes, scheduler_defaults
 from autocompress.catalog.hardware import HARDWARE, GiB, device_from_custom, resolve_device
 from autocompress.catalog.precisions import PRECISIONS, activation_bytes, peak_flops
-from autocompress.spec import model
+from autocompress.lang import model
 
 HARDWARE_NAMES = ("rtx-5070", "rtx-5080", "rtx-5090", "rtx-4090", "l4", "l40s", "a100-80g", "h100-sxm",
                   "h100-pcie", "h200", "b200", "gb200", "cpu")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
+EXAMPLES = Path(os.environ["ACC_TEST_EXAMPLES"])  # tests/conftest.py: a copy without build outputs
 FEASIBLE = EXAMPLES / "cpu-vllm.acspec"  # the fastest feasible example (~1 s)
 INFEASIBLE = EXAMPLES / "npc-5070-infeasible.acspec"
 

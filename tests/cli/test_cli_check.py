@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from _clikit import FEASIBLE, INFEASIBLE, REPO, cache_dir, copy_example  # noqa: F401 - cache_dir is a fixture
+from _clikit import EXAMPLES, FEASIBLE, INFEASIBLE, REPO, cache_dir, copy_example  # noqa: F401 - cache_dir is a fixture
 
-from autocompress import cli
+from autocompress.cli import main as cli
 from autocompress.check import run_check
 
 BROKEN = """model "smollm2-135m"
@@ -58,10 +58,37 @@ def test_exit_0_for_feasible_json(capsys, cache_dir):
     assert "Traceback" not in err
 
 
+def test_exit_4_when_no_architecture_is_found_but_nothing_is_proved(capsys, shared_cache):
+    code, out, err = _run(capsys, "check", str(EXAMPLES / "batch-h100-not-found.acspec"), "--format", "md")
+    assert code == 4
+    assert "**NOT FOUND (not proved)**" in out and "nothing is proved" in out
+    assert "### What would make it feasible" not in out and "Traceback" not in err
+    code, _, _ = _run(capsys, "check", str(EXAMPLES / "npc-5070-full-card.acspec"))
+    assert code == 1  # an engine limit no architecture changes: proved
+
+
+def test_a_solver_failure_is_not_found_with_the_reason(capsys, cache_dir, monkeypatch):
+    """A crashing LP solver never makes a contract "infeasible": without a found architecture the
+    verdict is not_found and says which solver failed (here on the example that is otherwise proved
+    infeasible; a found architecture still makes a contract feasible, the LP only steers)."""
+    import autocompress.feasibility.lp as lp
+
+    class Broken:
+        def solve(self, *a, **k):
+            raise RuntimeError("simulated solver crash")
+
+    real = lp.problem
+    monkeypatch.setattr(lp, "problem", lambda relax: (Broken(),) + real(relax)[1:])
+    code, out, err = _run(capsys, "check", str(INFEASIBLE), "--no-cache", "--format", "json")
+    report = json.loads(out)
+    assert code == 4 and report["verdict"] == "not_found"
+    assert "the LP solver gave no answer" in report["reason"] and "solver_error (CLARABEL: RuntimeError)" in report["reason"]
+
+
 def test_exit_1_for_infeasible_markdown(capsys, shared_cache):
     code, out, err = _run(capsys, "check", str(INFEASIBLE), "--format", "md")
     assert code == 1
-    assert out.startswith(f"## autocompress check: `{INFEASIBLE.name}`: **INFEASIBLE**")
+    assert out.startswith(f"## autocompress check: `{INFEASIBLE.name}`: **INFEASIBLE (proved)**")
     assert "### What would make it feasible" in out
     assert "Traceback" not in err
 
@@ -106,12 +133,12 @@ def test_exit_3_for_internal_error(capsys, cache_dir, monkeypatch):
 
 def test_exit_3_deep_in_the_pipeline(capsys, cache_dir, monkeypatch):
     """A bug inside a stage (not only at the top) is caught the same way."""
-    import autocompress.feasibility
+    import autocompress.feasibility.assess
 
     def boom(*a, **k):
         raise KeyError("lost")
 
-    monkeypatch.setattr(autocompress.feasibility, "assess", boom)
+    monkeypatch.setattr(autocompress.feasibility.assess, "assess", boom)
     code, _, err = _run(capsys, "check", str(FEASIBLE), "--no-cache", "--format", "json")
     assert code == 3 and "internal error: KeyError" in err and "Traceback" not in err
 

@@ -15,7 +15,7 @@ from _clikit import EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autocompress import cli
+from autocompress.cli import main as cli
 
 # the quick examples (about a second each to check); the SmolLM2 parent is built in
 SOURCES = [(EXAMPLES / f"{n}.acspec").read_text() for n in ("cpu-vllm", "npc-5080", "npc-5070-infeasible")]

@@ -1,7 +1,7 @@
 """Test helpers: tiny shapes for hand-checked cost formulas: hidden 64, 4 query heads of 16, vocab 1000."""
 
 from autocompress.ir import MLP, Architecture, Attention, Mamba2, MoE
-from autocompress.spec.model import Target, Workload
+from autocompress.lang.model import Target, Workload
 
 D, H, HD, V = 64, 4, 16, 1000
 

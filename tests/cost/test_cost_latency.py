@@ -6,7 +6,8 @@ import pytest
 from _costkit import attn, mlp, target, tiny, workload
 
 from autocompress.catalog.hardware import HARDWARE
-from autocompress.cost import decode_floor, decode_sum, load_profile, predict_workload, step_cost
+from autocompress.cost.latency import decode_floor, decode_sum, predict_workload, step_cost
+from autocompress.cost.profile import load_profile
 from autocompress.cost.roofline import Numerics, Pass, Segment, block_ops, model_ops
 from autocompress.ir import Architecture, Attention, Block, MLP
 

@@ -6,9 +6,9 @@ from _costkit import D, attn, mamba, mlp, moe, target, tiny, workload
 
 from autocompress.catalog.engines import SchedulerLimits
 from autocompress.catalog.hardware import HARDWARE
-from autocompress.cost import load_profile, memory_breakdown
-from autocompress.cost.memory import (GiB, kv_cache_bytes, kv_page_bytes, mamba_state_bytes, peak_activation_bytes,
-                                      weight_bytes)
+from autocompress.cost.profile import load_profile
+from autocompress.cost.memory import memory_breakdown
+from autocompress.cost.memory import (GiB, kv_cache_bytes, kv_page_bytes, mamba_state_bytes, peak_activation_bytes, weight_bytes)
 from autocompress.ir import Architecture, Attention, Block
 
 MiB = 1 << 20

@@ -3,8 +3,8 @@
 import pytest
 from _costkit import D, HD, V, attn, mamba, mlp, moe, tiny
 
-from autocompress.cost.roofline import (Numerics, Op, Pass, attended_pairs, attention_ops, block_op_table, block_ops,
-                                        experts_touched, gemm, mamba_ops, mlp_ops, model_ops, moe_ops, op_time)
+from autocompress.cost.roofline import (Numerics, Op, Pass, attended_pairs, attention_ops, block_ops, experts_touched, gemm, mamba_ops, mlp_ops, model_ops, moe_ops, op_time)
+from autocompress.cost.op_tables import block_op_table
 from autocompress.ir import Block
 
 BF16 = Numerics("bf16", "bf16", 1)

@@ -15,7 +15,8 @@ def tokenizer_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hetero_checkpoint(tmp_path_factory, tokenizer_dir):
     """(folder, reference model) of the heterogeneous tiny DeciLM, exported once per session."""
-    from autocompress.export import decilm_config_from_architecture, export_decilm
+    from autocompress.export.decilm import decilm_config_from_architecture
+    from autocompress.export.writer import export_decilm
 
     cfg = decilm_config_from_architecture(kit.hetero_arch(vocab=512), **kit.GLOBALS)
     model = kit.random_decilm(cfg)

@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autocompress.export.decilm import (decilm_config_from_architecture, expected_shapes,  # noqa: E402
-                                        export_architecture)
-from autocompress.ir import MLP, Architecture, Attention, Block  # noqa: E402
+from autocompress.export.decilm import decilm_config_from_architecture, expected_shapes
+from autocompress.export.writer import export_architecture
+from autocompress.ir import MLP, Architecture, Attention, Block
 
 
 def _arch(hidden: int) -> Architecture:

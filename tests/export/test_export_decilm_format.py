@@ -10,13 +10,8 @@ import json
 import pytest
 from _exportkit import GLOBALS, HEADS, full_arch, hetero_arch
 
-from autocompress.export import (
-    check_decilm_servable,
-    decilm_config_from_architecture,
-    expected_shapes,
-    export_decilm,
-    llama_config_from_architecture,
-)
+from autocompress.export.decilm import (check_decilm_servable, decilm_config_from_architecture, expected_shapes, llama_config_from_architecture)
+from autocompress.export.writer import export_decilm
 from autocompress.ir import MLP, Architecture, Attention, Block, Mamba2, MoE
 
 

@@ -14,8 +14,9 @@ pytest.importorskip("transformers")
 
 from _exportkit import GLOBALS, PROMPTS, full_arch, greedy_hf, random_decilm
 
-from autocompress.export import decilm_config_from_architecture, export_architecture, export_llama
-from autocompress.modeling import register
+from autocompress.export.decilm import decilm_config_from_architecture
+from autocompress.export.writer import export_architecture, export_llama
+from autocompress.modeling.register import register
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ pytest.importorskip("accelerate")
 
 from _exportkit import vllm_cpu_env  # noqa: E402
 
-from autocompress.export.gguf_convert import convert_alias  # noqa: E402
-from autocompress.parents.aliases import ALIASES  # noqa: E402
+from autocompress.export.gguf_convert import convert_alias
+from autocompress.parents.aliases import ALIASES
 
 pytestmark = [
     pytest.mark.slow,
@@ -103,9 +103,9 @@ def test_a_pruned_smollm2_exports_as_decilm_that_vllm_and_transformers_agree_on(
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from autocompress.export import export_decilm
+    from autocompress.export.writer import export_decilm
     from autocompress.ir import MLP, Architecture, Attention, Block
-    from autocompress.modeling import register
+    from autocompress.modeling.register import register
 
     path, _, ids, _ = smollm2
     cfg = json.loads((path / "config.json").read_text())

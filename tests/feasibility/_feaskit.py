@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autocompress.catalog.hardware import HARDWARE
-from autocompress.cost import load_profile
-from autocompress.derive import engine_limits
-from autocompress.feasibility import assess
-from autocompress.feasibility.importance import prior_importance
+from autocompress.cost.profile import load_profile
+from autocompress.plan.derive import engine_limits
+from autocompress.feasibility.assess import assess
+from autocompress.feasibility.objective import prior_importance
 from autocompress.ir import MLP, Architecture, Attention, Block
-from autocompress.space import derive_space
-from autocompress.spec.model import Bound, ParentRef, Spec, Target, Workload
+from autocompress.plan.space import derive_space
+from autocompress.lang.model import Bound, ParentRef, Spec, Target, Workload
 
 MiB = 1 << 20
 ms = 1e-3

@@ -9,10 +9,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from cvxpy.error import SolverError
 from _feaskit import MiB, ms, serve, setup, spec_for, tiny_arch
 
-from autocompress.feasibility.evaluate import evaluate
+from autocompress.feasibility.exact import evaluate
 from autocompress.ir import Block
 
 

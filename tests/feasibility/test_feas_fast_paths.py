@@ -8,7 +8,9 @@ import pytest
 from _feaskit import MiB, batch, ms, serve, setup, spec_for, tiny_arch
 
 from autocompress.feasibility import _numeric, rounding, uniform
-from autocompress.feasibility.relax import A, G, K, W, Relaxation, drop_least_kept, fix_layers, fix_structure, solve
+from autocompress.feasibility.metrics import A, G, K, W, Relaxation
+from autocompress.feasibility.pins import drop_least_kept, fix_layers, fix_structure
+from autocompress.feasibility.lp import assemble, solve
 from autocompress.ir import MLP, Attention, Block
 
 SPECS = {
@@ -166,7 +168,7 @@ def test_structure_precheck_is_sound(relaxation):
 def test_lp_rows_match_reference():
     """The LP's constraint rows, built block by block, equal the row-by-row construction on a
     parent with uneven layers and importance curves of different lengths."""
-    from autocompress.feasibility.importance import Importance
+    from autocompress.feasibility.objective import Importance
 
     s = setup(SPECS["serve"], _mixed_parent())
     rng = np.random.default_rng(1)
@@ -181,7 +183,7 @@ def test_lp_rows_match_reference():
                      tuple(curve(int(rng.integers(3, 10))) for _ in range(L)),
                      tuple(curve(int(rng.integers(3, 10))) for _ in range(L)), curve(9))
     relax = Relaxation(s.arch, s.space.hidden_grid[0], s.spec, s.profile, s.device, s.space, imp, s.limits)
-    relax._assemble()
+    assemble(relax)
     rows, rhs = [], []
     for l in range(L):  # u >= a, u >= g
         for kind in (A, G):
@@ -242,7 +244,7 @@ print("ok")
 
 
 def test_shed_order_is_repeated_drop_least_kept(relaxation):
-    from autocompress.feasibility.relax import shed_order
+    from autocompress.feasibility.pins import shed_order
 
     _, relax = relaxation
     for x in _points(relax, n=4):
@@ -260,7 +262,7 @@ def test_shed_order_is_repeated_drop_least_kept(relaxation):
 def test_structure_bound_bounds_the_pinned_lp(relaxation):
     """``structure_bound`` never undercuts a pinned structure's LP optimum, so a structure it rules
     out (below the seed's score) is one branch and bound would never have rounded."""
-    from autocompress.feasibility.relax import structure_bound
+    from autocompress.feasibility.pins import structure_bound
 
     _, relax = relaxation
     x = solve(relax).x

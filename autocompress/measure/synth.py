@@ -1,0 +1,90 @@
+"""Synthetic models for profiling: heterogeneous architectures derived from a parent, random weights.
+
+Time and memory in an engine depend on shapes, not on weight values, so a profile (and the
+fidelity benchmark) measures exported folders with seeded random weights: each is a real
+checkpoint that stock vLLM loads, written by the same exporter as ``acc build`` (Llama format when
+homogeneous, DeciLM otherwise), with the parent's tokenizer. ``variants`` draws a reproducible
+family of architectures around a parent: hidden widths on the build's grid, removed whole layers,
+removed attention or FFN sub-blocks, per-layer KV heads and FFN widths, so the calibration sees
+the same kinds of models the search produces.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+from autocompress.ir import MLP, Architecture, Attention, Block
+
+
+def _kv_choices(arch: Architecture) -> list[int]:
+    a = next(b.attention for b in arch.blocks if b.attention is not None)
+    return [k for k in range(1, a.kv_heads + 1) if arch.num_heads % k == 0]
+
+
+def variant(parent: Architecture, rng: random.Random, name: str) -> Architecture:
+    """One random heterogeneous architecture around ``parent`` (layer 0 keeps its attention:
+    vLLM's DeciLM loader needs it, see ``space.py``)."""
+    p0 = parent.blocks[0]
+    width0 = p0.ffn.width
+    hidden = rng.choice([h for h in (parent.hidden_size, parent.hidden_size - 64, parent.hidden_size - 128,
+                                     parent.hidden_size - 192) if h >= parent.hidden_size // 2])
+    depth = rng.choice((1.0, 1.0, 0.8, 0.6))
+    n = max(4, round(parent.num_layers * depth))
+    p_attn_off, p_ffn_off = rng.choice((0.0, 0.1, 0.25)), rng.choice((0.0, 0.05, 0.15))
+    step = max(64, width0 // 8 // 64 * 64)
+    widths = list(range(width0, width0 // 4 - 1, -step))
+    kvs = _kv_choices(parent)
+    uniform_layer = rng.random() < 0.25  # some homogeneous models (Llama format) too
+    kv_u, w_u = rng.choice(kvs), rng.choice(widths)
+    blocks = []
+    for i in range(n):
+        if uniform_layer:
+            kv, w = kv_u, w_u
+        else:
+            kv = None if (i > 0 and rng.random() < p_attn_off) else rng.choice(kvs)
+            w = None if rng.random() < p_ffn_off else rng.choice(widths)
+        if kv is None and w is None:
+            w = rng.choice(widths)
+        att = None if kv is None else Attention(p0.attention.q_heads, kv, p0.attention.head_dim)
+        blocks.append(Block(att, None if w is None else MLP(w, p0.ffn.gated, p0.ffn.activation)))
+    return replace(parent, hidden_size=hidden, blocks=tuple(blocks), name=name)
+
+
+def variants(parent: Architecture, n: int, seed: int = 0) -> list[Architecture]:
+    """``n`` architectures: the parent itself first, then seeded random variants."""
+    rng = random.Random(seed)
+    out = [replace(parent, name="parent")]
+    while len(out) < n:
+        out.append(variant(parent, rng, f"v{len(out):02d}"))
+    return out
+
+
+def arch_key(arch: Architecture) -> str:
+    from autocompress.cache import code_digest, key
+
+    parts = [arch.family, arch.vocab_size, arch.hidden_size, arch.num_heads, arch.head_dim, arch.tie_embeddings]
+    parts += [(b.attention.kv_heads if b.attention else 0, b.ffn.width if b.ffn else 0) for b in arch.blocks]
+    return key("synth", repr(parts), code_digest("autocompress.measure.synth"))[:16]
+
+
+def synthetic_folder(arch: Architecture, tokenizer_dir, root: Path, seed: int = 0) -> Path:
+    """The exported folder of ``arch`` with random weights (cached under ``root`` by shape)."""
+    import torch
+
+    from autocompress.export.decilm import (decilm_config_from_architecture, expected_shapes, llama_config_from_architecture)
+    from autocompress.export.writer import export_architecture, llama_format
+
+    out = Path(root) / f"synth-{arch_key(arch)}"
+    if (out / "config.json").is_file():
+        return out
+    cfg = (llama_config_from_architecture if llama_format(arch) else decilm_config_from_architecture)(arch)
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, shape in expected_shapes(cfg).items():
+        if name.endswith("norm.weight"):
+            state[name] = torch.ones(shape)
+        else:
+            state[name] = torch.randn(shape, generator=g) * 0.02
+    return export_architecture(out, arch, state, tokenizer_dir, overwrite=True)

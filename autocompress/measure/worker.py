@@ -1,0 +1,81 @@
+"""One engine process: load a model, run workloads, write every measurement as JSON.
+
+    python -m autocompress.measure.worker REQUEST.json RESULT.json
+
+Each model is measured in a fresh process so that one model's memory (vLLM's libraries, its
+KV space, allocator caches) never counts against the next, and the whole-process peak resident
+memory is what a user's serving process would show. The request names the model folder, the
+target, the engine limits, the workloads and the run settings; the result holds each workload's
+``Measurement`` (every sample kept), the process's peak RSS, the load time and the load average
+before and after, and per workload ``other_cpu``: the CPU cores other processes used while it ran
+(these 2-core machines are shared: a busy neighbour is visible in the data).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process), for ``other_cpu``."""
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(v[:3]) + sum(v[5:8])  # user nice system + irq softirq steal (idle, iowait excluded)
+    t = os.times()
+    return busy / hz, t.user + t.system
+
+
+def run_request(req: dict) -> dict:
+    from autocompress.measure.engines.base import EngineLimits, RunSettings
+    from autocompress.measure.engines.adapters import open_engine
+    from autocompress.measure.engines.base import peak_rss_bytes
+    from autocompress.lang.model import Target, Workload
+
+    target = Target(**req["target"])
+    limits = EngineLimits(**req["limits"])
+    settings = RunSettings(**req.get("settings", {}))
+    load_before = os.getloadavg()
+    out = {"model_dir": req["model_dir"], "measurements": [], "load_before": load_before}
+    t0 = time.perf_counter()
+    with open_engine(target.engine).load(req["model_dir"], target, limits) as eng:
+        out["load_s"] = round(time.perf_counter() - t0, 3)
+        for w in req["workloads"]:
+            wl = Workload(name=w["name"], concurrency=w["concurrency"], mode=w["mode"], input_tokens=w["input_tokens"],
+                          output_tokens=w["output_tokens"], prefix_cache=w.get("prefix_cache", 0.0))
+            s = RunSettings(warmup=w.get("warmup", settings.warmup),
+                            iterations=w.get("iterations", settings.iterations),
+                            requests=w.get("requests", settings.requests))
+            t0, (busy0, own0) = time.perf_counter(), _cpu_seconds()
+            m = eng.run(wl, seed=req.get("seed", 0), settings=s)
+            wall, (busy1, own1) = time.perf_counter() - t0, _cpu_seconds()
+            d = asdict(m)
+            # CPU used by other processes while this workload ran, in cores: a busy neighbour on a
+            # 2-core host slows OpenMP decoding several-fold, so such a run must be redone
+            d["other_cpu"] = max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall)
+            d["loadavg_after"] = os.getloadavg()[0]
+            out["measurements"].append(d)
+        out["block_size"] = getattr(eng, "block_size", None)
+        out["num_kv_blocks"] = getattr(eng, "num_kv_blocks", None)
+    out["peak_rss_bytes"] = peak_rss_bytes()  # VmHWM: the whole process
+    out["load_after"] = os.getloadavg()
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    req = json.loads(open(argv[0]).read())
+    res = run_request(req)
+    tmp = argv[1] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(res, f)
+    os.replace(tmp, argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
