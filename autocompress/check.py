@@ -65,6 +65,17 @@ def _compute(path: str, importance_file: str | None) -> tuple[dict, list[str], l
     return report, rendered, deps
 
 
+def _machine_profiles() -> str:
+    """The machine profiles ``acc profile`` wrote (names and mtimes): a spec without a ``profile``
+    line uses this machine's when it exists (``cost.profile.builtin_profile_path``), so writing one
+    must change the answer's key."""
+    folder = cache.cache_root() / "profiles"
+    try:
+        return ";".join(f"{e.name}:{e.stat().st_mtime_ns}" for e in sorted(os.scandir(folder), key=lambda e: e.name))
+    except OSError:
+        return ""
+
+
 def run_check(path: str, use_cache: bool = True, importance: str | None = None) -> CheckResult:
     """The feasibility report of the spec at ``path`` (cached). ``importance``: an importance file
     (``acc build``'s importance stage writes one) to use instead of the prior."""
@@ -74,7 +85,8 @@ def run_check(path: str, use_cache: bool = True, importance: str | None = None) 
         importance = os.path.abspath(importance)
         if not os.path.isfile(importance):
             raise FileNotFoundError(2, "no such file", importance)
-    key = cache.key("check", os.path.abspath(path), data, importance or "", cache.code_digest("autocompress.check"))
+    key = cache.key("check", os.path.abspath(path), data, importance or "", cache.code_digest("autocompress.check"),
+                    _machine_profiles())
     store = cache.JsonCache(cache.cache_root() / "check")
     if use_cache:
         hit = store.get(key)

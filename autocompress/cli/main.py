@@ -42,7 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--work", metavar="DIR", help="stage cache folder (default: next to the output, .<output>.acc)")
     b.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
     b.add_argument("--force", action="store_true", help="replace an earlier autocompress output of another spec "
-                   "(a folder autocompress did not write is never replaced)")
+                   "(a folder autocompress did not write is never replaced), and compress even when the parent "
+                   "already meets the contract as measured")
+    b.add_argument("--no-calibrate", action="store_true", help="hardware cpu: do not calibrate this machine first "
+                   "when it has no profile (predictions then come from another machine's)")
     b.add_argument("--baseline", choices=("uniform",), help="also build the uniform (Minitron-style) model at the "
                    "same budget into <output>-uniform and compare them in the report")
 
@@ -53,13 +56,16 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("out", help="the exported model folder (acc build's output)")
     v.add_argument("spec", help="the .acspec contract")
     v.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
-    v.add_argument("--requests", type=int, help="timed requests per workload (default: max(8, 2 x concurrency) on CPU, where "
-                   "one request's step time varies ~10%%; max(4, 2 x concurrency) on GPU)")
+    v.add_argument("--requests", type=int, help="minimum timed requests per workload (default: max(8, 2 x concurrency) on "
+                   "CPU, max(4, 2 x concurrency) on GPU); sampling goes on until each metric's SE is below 2%%")
+    v.add_argument("--passes", type=int, default=1, help="repeat the interleaved schedule (parent, model, parent, "
+                   "baseline, parent) this many times; the ratios are averaged and their spread reported")
 
     pr = sub.add_parser("profile", help="measure the engine on this machine and write a calibration profile")
     pr.add_argument("--hardware", required=True, help="catalog name of this machine's device (cpu for the host)")
     pr.add_argument("--engine", required=True, choices=("vllm", "transformers"))
-    pr.add_argument("--out", metavar="FILE", help="profile file to write (default: <hardware>-<engine>-measured.json)")
+    pr.add_argument("--out", metavar="FILE", help="profile file to write (default: for cpu, this machine's profile in the "
+                    "acc cache, which acc check and acc build then use; else <hardware>-<engine>-measured.json)")
     pr.add_argument("--model", default="smollm2-135m", help="parent whose variants are measured (alias, folder, .gguf)")
     pr.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
     pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 7 + 13 (a rough profile)")
@@ -135,6 +141,12 @@ def _cmd_fmt(args) -> int:
 
 
 def _cmd_build(args) -> int:
+    if "OMP_WAIT_POLICY" not in os.environ:
+        # OpenMP threads that spin at every barrier lose ~10x on a host shared with other work (a
+        # HellaSwag forward took 5.4 s instead of 0.47 s here); the build's own math waits passively.
+        # Engine measurements keep the engine's default (``measure.runner.run_worker`` drops it).
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.environ["ACC_SET_OMP_WAIT_POLICY"] = "1"
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -147,9 +159,10 @@ def _cmd_build(args) -> int:
     console = _console(stderr=True)
     progress = build_progress(console, quiet=args.quiet)
     try:
-        result = run_build(args.spec, args.work, progress=progress, baseline=args.baseline, force=args.force)
+        result = run_build(args.spec, args.work, progress=progress, baseline=args.baseline, force=args.force,
+                           no_calibrate=args.no_calibrate)
     except BuildError as err:
-        sys.stderr.write(f"{args.spec}: {err}\n")
+        (sys.stdout if err.exit_code == EXIT_OK else sys.stderr).write(f"{args.spec}: {err}\n")
         return err.exit_code
     finally:
         progress.sink.close()
@@ -171,11 +184,11 @@ def _cmd_build(args) -> int:
     return _verify(str(result.output), args.spec, None, None, console)
 
 
-def _verify(out: str, spec: str, threads, requests, console) -> int:
+def _verify(out: str, spec: str, threads, requests, console, passes: int = 1) -> int:
     from autocompress.measure.verify import VerifyError, run_verify
 
     try:
-        res = run_verify(out, spec, threads=threads, requests=requests,
+        res = run_verify(out, spec, threads=threads, requests=requests, passes=passes,
                          log=lambda m: console.print(m, markup=False))
     except VerifyError as err:
         sys.stderr.write(f"{err}\n")
@@ -185,14 +198,14 @@ def _verify(out: str, spec: str, threads, requests, console) -> int:
 
 
 def _cmd_verify(args) -> int:
-    return _verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True))
+    return _verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True), args.passes)
 
 
 def _cmd_profile(args) -> int:
     from autocompress.measure.profile import ProfileRunError, run_profile
 
     console = _console(stderr=True)
-    out = args.out or f"{args.hardware}-{args.engine}-measured.json"
+    out = args.out  # None: this machine's profile in the cache (cpu), or <hardware>-<engine>-measured.json
     try:
         run = run_profile(args.hardware, args.engine, out, model=args.model, threads=args.threads, quick=args.quick,
                           root=args.work, log=lambda m: console.print(m, markup=False))

@@ -55,13 +55,15 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
 
 
 def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | None = None,
-              baseline: str | None = None, force: bool = False) -> BuildResult:
+              baseline: str | None = None, force: bool = False, no_calibrate: bool = False) -> BuildResult:
     """Run every stage of ``acc build`` for ``spec_path`` (see the module docstring).
 
     ``baseline="uniform"``: also build the Minitron-style uniform model at the same budget (same
     importance, teacher outputs, bounds and distillation budget) into ``<output>-uniform`` and put
     its quality in the report, so any user can A/B the two strategies. ``force``: replace an
-    earlier autocompress output of another spec."""
+    earlier autocompress output of another spec, and compress even when the parent already meets
+    the contract as measured (``preflight``). ``no_calibrate``: no calibration of this machine
+    first, when it has no profile yet."""
     from autocompress.lang.api import load_spec, read_spec_file
 
     progress = as_progress(progress)
@@ -72,7 +74,9 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     source = read_spec_file(spec_path)
     out = plan_output(spec, spec_path, out_dir, force, source).folder  # before any work
     b_out = plan_output(spec, spec_path, f"{out}-{baseline}", force, source).folder if baseline else None
-    p = prepare(spec_path, Path(work_dir) if work_dir else out.parent / f".{out.name}.acc", progress)
+    work = Path(work_dir) if work_dir else out.parent / f".{out.name}.acc"
+    _preflight(spec, base, work, progress, force, no_calibrate)
+    p = prepare(spec_path, work, progress)
 
     from autocompress.compress.evaluate import evaluate_build, evaluate_parent
     from autocompress.ir import arch_to_dict
@@ -119,6 +123,27 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     report = write_build_report(out, spec, spec_path, p.check.report, chosen, arch, p.parent, p.derived, p.settings,
                                 quality, result, p.timings, time.perf_counter() - t_start, base_report)
     return BuildResult(out, report, tuple(p.stages))
+
+
+def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate: bool) -> None:
+    """Host CPU: this machine's profile first, then the parent against the contract (``preflight``)."""
+    from autocompress.compress import preflight
+    from autocompress.compress.prepare import BuildError, _parent_folder
+    from autocompress.diagnostics import EXIT_OK
+    from autocompress.parents.resolve import resolve_parent
+
+    if not preflight.applies(spec):
+        return
+    preflight.calibrate_if_needed(spec, base, no_calibrate, progress.log)
+    parent = resolve_parent(spec.parent, base)
+    if not parent.has_weights:
+        return  # prepare() says why a bare config cannot be built
+    check = preflight.measure_parent(spec, parent.architecture, _parent_folder(spec, parent), work, progress.log)
+    for line in check.lines():
+        progress.log(line)
+    if check.meets and not force:
+        raise BuildError("the parent already meets every bound of the contract, as measured on this machine: nothing "
+                         "to compress (--force compresses anyway)", EXIT_OK)
 
 
 def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, upstream_key: str, progress):

@@ -24,16 +24,12 @@ class BuildError(Exception):
 
 
 def _parent_folder(spec, parent) -> Path:
-    from autocompress.export.gguf_convert import convert_alias, convert_gguf
+    from autocompress.export.gguf_convert import weights_folder
 
     if not parent.has_weights:
         raise BuildError(f"{spec.parent.value}: a bare config.json has no weights; `acc build` needs a Hugging Face "
                          "folder, a .gguf file or a built-in alias (use `acc check` for feasibility only)")
-    if parent.kind == "alias":
-        return convert_alias(spec.parent.value)
-    if parent.kind == "gguf":
-        return convert_gguf(parent.path)
-    return Path(parent.path).parent
+    return weights_folder(spec.parent.value, parent)
 
 
 def _check_verdict(check) -> None:

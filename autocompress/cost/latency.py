@@ -101,6 +101,10 @@ def _executed_blocks(arch: Architecture) -> int:
     return sum(1 for b in arch.blocks if b.mixer is not None or b.ffn is not None)
 
 
+def _sub_blocks(block) -> int:
+    return (block.mixer is not None) + (block.ffn is not None)
+
+
 def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph: bool | str = False) -> StepCost:
     """Time of one engine step running pass ``p``.
 
@@ -111,9 +115,10 @@ def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph:
     """
     k = profile.kernel
     layer_oh = 0.0 if graph is True else k.layer_overhead_s
+    sub_oh = 0.0 if graph is True else k.sub_block_overhead_s
     blocks = [0.0] * arch.num_layers
     head = comp = mem = wbytes = 0.0
-    overhead = k.step_overhead_s + layer_oh * _executed_blocks(arch)
+    overhead = k.step_overhead_s + layer_oh * _executed_blocks(arch) + sub_oh * sum(map(_sub_blocks, arch.blocks))
     for i, op in _ops(arch, p, nb):
         in_graph = graph is True or (graph == "piecewise" and op.cls != "attention")
         t = op_time(op, device, profile, nb.weight, in_graph)
@@ -128,7 +133,7 @@ def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph:
             blocks[i] += t
     for i, b in enumerate(arch.blocks):
         if b.mixer is not None or b.ffn is not None:
-            blocks[i] += layer_oh
+            blocks[i] += layer_oh + sub_oh * _sub_blocks(b)
     total = sum(blocks) + head + k.step_overhead_s
     return StepCost(total, tuple(blocks), head, overhead, comp, mem, wbytes)
 
@@ -167,7 +172,8 @@ def decode_sum(arch: Architecture, seqs: float, kv_lo: int, kv_hi: int, device, 
     bounds.append((lo, kv_hi))
     k = profile.kernel
     launch = k.graph_launch_s if graph else k.launch_s
-    const = k.step_overhead_s + (0.0 if graph else k.layer_overhead_s * _executed_blocks(arch))
+    const = k.step_overhead_s + (0.0 if graph else k.layer_overhead_s * _executed_blocks(arch)
+                                 + k.sub_block_overhead_s * sum(map(_sub_blocks, arch.blocks)))
     total = 0.0
     for a, b in bounds:
         ops_a = _ops(arch, Pass.decode(seqs, a), nb)

@@ -52,6 +52,46 @@ def variant(parent: Architecture, rng: random.Random, name: str) -> Architecture
     return replace(parent, hidden_size=hidden, blocks=tuple(blocks), name=name)
 
 
+def designed(parent: Architecture) -> list[Architecture]:
+    """Architectures that differ from a reference in one property each, and resemble what the
+    search emits (issue 12): the causes of "heterogeneous costs more" measured apart.
+
+    * ``uniform-w<W>``: every layer, full attention, FFN width W (GEMM width alone);
+    * ``alternating``: the same FFN parameters as ``uniform-w<W>`` in two widths, W - d and W + d
+      (distinct shapes alone, same sub-block count and bytes);
+    * ``split``: half the layers' FFNs removed, the others twice as wide (sub-block count alone,
+      same FFN parameters);
+    * ``narrow-many``: every FFN at 64-448 channels, some attention removed, mixed KV heads: what
+      the measured greedy returns under a tight latency bound;
+    * ``shallow-wide``: the parameters of ``uniform-w<W>`` (the deep-narrow one) in fewer layers at
+      the parent's full width, the rest removed (the paper's depth-vs-width effect).
+    """
+    p0 = parent.blocks[0]
+    att, mlp = p0.attention, p0.ffn
+    L, W = parent.num_layers, mlp.width
+    kvs = _kv_choices(parent)
+    half = W // 2 // 64 * 64
+    d = half // 2 // 64 * 64
+
+    def make(name, layers):
+        blocks = tuple(Block(None if kv is None else Attention(att.q_heads, kv, att.head_dim),
+                             None if w is None else MLP(w, mlp.gated, mlp.activation)) for kv, w in layers)
+        return replace(parent, blocks=blocks, name=name)
+    full_kv = att.kv_heads
+    deep = make(f"uniform-w{half}", [(full_kv, half)] * L)
+    per_narrow, per_full = deep.blocks[0].params(parent.hidden_size), parent.blocks[0].params(parent.hidden_size)
+    n_wide = round(L * per_narrow / per_full)
+    out = [deep,
+           make("alternating", [(full_kv, half - d if i % 2 else half + d) for i in range(L)]),
+           make("split", [(full_kv, None if i % 2 else 2 * half) for i in range(L)]),
+           make("shallow-wide", [(full_kv, W)] * n_wide + [(None, None)] * (L - n_wide))]
+    rng = random.Random(12)
+    narrow = [(full_kv if i == 0 else (None if rng.random() < 0.15 else rng.choice(kvs)),
+               rng.choice((64, 128, 192, 256, 320, 384, 448))) for i in range(L)]
+    out.append(make("narrow-many", narrow))
+    return out
+
+
 def variants(parent: Architecture, n: int, seed: int = 0) -> list[Architecture]:
     """``n`` architectures: the parent itself first, then seeded random variants."""
     rng = random.Random(seed)

@@ -55,8 +55,11 @@ def build_report(spec, path: str, source: str, parent, derived, feas, importance
     ``{"file", "sha256"}`` of the importance file the objective used, None for the prior."""
     import hashlib
 
+    from autocompress.cost.profile import origin
+
     t = spec.target
     prof = derived.profile
+    where = origin(prof, derived.device)
     known = None
     if prof.known_error:
         known = {k: {"median": _r(v.median), "p95": _r(v.p95)} for k, v in prof.known_error}
@@ -71,7 +74,7 @@ def build_report(spec, path: str, source: str, parent, derived, feas, importance
                    "kv_precision": t.kv_precision, "tensor_parallel": t.tensor_parallel,
                    "memory_limit_bytes": t.memory_limit_bytes},
         "cost_model": {"profile": prof.name, "source": prof.source, "known_error": known,
-                       "kind": "predicted"},
+                       "kind": "predicted", "origin": where[0], "origin_note": where[1]},
         "derived": [{"setting": a, "value": b, "why": c} for a, b, c in derived.rows],
         "importance": "prior" if importance_file is None else {"source": "file", **importance_file},
         "verdict": feas.verdict,
@@ -155,6 +158,7 @@ def render_markdown(report: dict) -> str:
            "measured error " + ", ".join(f"{k} median {v['median']:.1%} / p95 {v['p95']:.1%}"
                                          for k, v in cm["known_error"].items()))
     out.append(f"- **All numbers are predicted** by cost-model profile `{cm['profile']}` ({cm['source']}; {err}).")
+    out.append(f"- **Profile origin**: {cm['origin_note']}.")
     imp = report["importance"]
     out.append("- **Objective**: the importance prior (no build state read)" if imp == "prior" else
                f"- **Objective**: measured importance from `{imp['file']}` (sha256 {imp['sha256'][:12]}...)")
