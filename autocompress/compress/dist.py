@@ -40,7 +40,9 @@ def slurm_env(env: Mapping[str, str]) -> dict[str, str]:
     MASTER_ADDR must be exported by the batch script on several nodes
     (``scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1``); the port defaults to one
     derived from the job id, so two jobs on one node do not collide."""
-    if "WORLD_SIZE" in env or "SLURM_STEP_ID" not in env or int(env.get("SLURM_NTASKS", "1")) < 2:
+    # the batch script itself is step "batch" (id 0xfffffffe): it is not a rank of anything
+    if ("WORLD_SIZE" in env or env.get("SLURM_STEP_ID", "batch") in ("batch", "extern", "4294967294", "4294967295")
+            or int(env.get("SLURM_NTASKS", "1")) < 2):
         return {}
     out = {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": env["SLURM_NTASKS"], "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
            "MASTER_PORT": env.get("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))}

@@ -79,7 +79,7 @@ def main(out: Path, mode: str, ckpt: Path) -> None:
     from autocompress.compress.teacher import cache_teacher
 
     dist.init()
-    res: dict = {"world": dist.world()}
+    res: dict = {"world": dist.world(), "backend": dist.backend(), "device": str(dist.device())}
     teacher, student, tokens, cfg = setup()
     cache = cache_teacher(teacher, tokens, "tiny-0", k=16, batch=2, chunk_rows=5, cache_dir=out / f"teacher-{mode}")
     res["teacher"] = folder_hash(cache.folder)

@@ -45,7 +45,8 @@ def test_slurm_tasks_map_to_torch_variables():
 
 
 @pytest.mark.parametrize("env", [{}, {k: v for k, v in SRUN.items() if k != "SLURM_STEP_ID"},  # the batch script
-                                 SRUN | {"SLURM_NTASKS": "1"}, SRUN | {"WORLD_SIZE": "4"}])
+                                 SRUN | {"SLURM_STEP_ID": "4294967294"}, SRUN | {"SLURM_NTASKS": "1"},
+                                 SRUN | {"WORLD_SIZE": "4"}])
 def test_no_mapping_outside_a_multi_task_srun_step_or_under_torchrun(env):
     assert dist.slurm_env(env) == {}
     assert dist.launched(env) == ("WORLD_SIZE" in env)
