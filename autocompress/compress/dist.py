@@ -152,7 +152,7 @@ def share(n: int, r: int | None = None, ws: int | None = None) -> range:
 def gather_rows(local, n: int):
     """The ``n`` rows computed by every rank on its ``share(n)`` (``local``: [len(share), ...]),
     in position order, on every rank. Identity without a launcher."""
-    if not active():
+    if not active() or n == 0:  # every rank sees the same n: none of them calls the collective
         return local
     import torch
     import torch.distributed as d
@@ -167,7 +167,7 @@ def gather_rows(local, n: int):
 
 def map_shared(fn: Callable[[T], float], items: Sequence[T]) -> list[float]:
     """``[fn(x) for x in items]`` with the items split over the ranks; every rank gets all values."""
-    if not active():
+    if not active() or not items:
         return [fn(x) for x in items]
     import torch
 

@@ -189,8 +189,6 @@ def _collect_shared(params, cfg: LlamaConfig, batches: list[torch.Tensor], acc: 
     """``collect_importance`` under a launcher: each rank records the contributions of its share of
     the batches, every rank gathers all of them and adds them in the single-process order (an
     all-reduce of per-rank sums would add in another order and change the last bits)."""
-    layout: list[tuple[str, int, int]] = []  # (event, layer, length) of one batch's contributions
-
     def recorder(out: list):
         def tap(event, layer, *t):
             c = acc.reduce(event, *t)
@@ -200,7 +198,7 @@ def _collect_shared(params, cfg: LlamaConfig, batches: list[torch.Tensor], acc: 
 
     probe: list = []  # the layout from a one-token forward: a rank with no batch knows it too
     forward(params, cfg, batches[0][:1, :1], tap=recorder(probe), return_hidden=True)
-    layout = [(e, l, len(c)) for e, l, c in probe]
+    layout = [(e, l, len(c)) for e, l, c in probe]  # (event, layer, length) of one batch's contributions
     mine = []
     for i in dist.share(len(batches)):
         rec: list = []

@@ -33,10 +33,12 @@ def crash_point(name: str) -> None:
 
     Fault injection for the resume tests: a kill at a chosen point must not depend on timing.
     Points: a stage's name (before its result is committed) or ``distill:N`` (after checkpoint N).
-    Under a launcher ``$ACC_CRASH_RANK`` kills that rank alone (one machine of a job dying).
+    Under a launcher ``$ACC_CRASH_RANK`` kills that rank alone (one machine of a job dying), in the
+    launch's first attempt only (a torchrun ``--max-restarts`` restart then runs through).
     """
     only = os.environ.get("ACC_CRASH_RANK")
-    if os.environ.get("ACC_CRASH_AT") == name and (only is None or int(only) == dist.rank()):
+    if os.environ.get("ACC_CRASH_AT") == name and (only is None or (
+            int(only) == dist.rank() and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0")):
         os._exit(137)
 
 
@@ -72,7 +74,7 @@ def run_stage(work: Path, name: str, key: str, fn: Callable[[Path, Path], dict],
         return StageResult(name, key, final, summary, True)
     partial = work / f"{name}-{key}.partial"
     partial.mkdir(exist_ok=True)
-    for stale in work.glob(f".{final.name}.tmp-*"):  # left by a killed run of this stage
+    for stale in [*work.glob(f".{final.name}.tmp-*"), *work.glob(f".{final.name}.rank*")]:  # a killed run's
         shutil.rmtree(stale, ignore_errors=True)
     # a stale folder of this stage without DONE (killed between rename and marker: cannot happen
     # with atomic_dir, but an older version could leave one) is replaced
@@ -94,9 +96,9 @@ def _run_stage_ranks(work: Path, name: str, key: str, fn: Callable[[Path, Path],
     if dist.is_main():
         work.mkdir(parents=True, exist_ok=True)
         partial.mkdir(exist_ok=True)
-        for stale in work.glob(f".{final.name}.tmp-*"):
+        for stale in [*work.glob(f".{final.name}.tmp-*"), *work.glob(f".{final.name}.rank*")]:
             shutil.rmtree(stale, ignore_errors=True)
-    dist.barrier()  # the partial folder (checkpoints) exists before any rank uses it
+    dist.barrier()  # the partial folder (checkpoints) exists, stale scratch is gone, before any rank goes on
     if dist.is_main():
         with atomic_dir(final, replace=True) as tmp:
             summary = fn(tmp, partial) or {}
@@ -104,7 +106,6 @@ def _run_stage_ranks(work: Path, name: str, key: str, fn: Callable[[Path, Path],
             cache.atomic_write_json(tmp / "DONE", summary)
     elif collective:
         scratch = work / f".{final.name}.rank{dist.rank()}"
-        shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir()
         try:
             fn(scratch, partial)

@@ -1,7 +1,7 @@
 """Two gloo ranks (torchrun) against one process: every data-parallel piece of acc build.
 
-Importance, removal KL and the teacher's top-k cache are bit-identical to one process (the work is
-split by position and gathered back in order). FSDP2 distillation follows the single-process loss
+Importance, removal KL and the teacher's top-k cache are bit-identical to one process with as many
+threads as each rank (the work is split by position and gathered back in order). FSDP2 distillation follows the single-process loss
 curve within 1e-5 relative and the weights within 1e-5 absolute (the gradient sum is taken in
 another order; measured: 7e-7 and 5e-6 after 6 steps). A run stopped after 3 steps resumes from its
 sharded checkpoint bit for bit at the same world size, and within the same tolerance at world size 1.
@@ -53,13 +53,18 @@ def single(tmp_path_factory):
     from autocompress.compress.importance import ablation_influence, collect_importance
     from autocompress.compress.teacher import cache_teacher
 
-    teacher, student, tokens, cfg = worker.setup()
-    cache = cache_teacher(teacher, tokens, "tiny-0", k=16, batch=2, chunk_rows=5,
-                          cache_dir=tmp_path_factory.mktemp("single"))
-    params, icfg, batches = worker.importance_inputs()
-    stats = collect_importance(params, icfg, batches)
-    a, f = ablation_influence(params, icfg, batches[:2])
-    res = distill(student, cache, tokens, cfg)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank: bit-identity holds at equal threads per process
+    try:
+        teacher, student, tokens, cfg = worker.setup()
+        cache = cache_teacher(teacher, tokens, "tiny-0", k=16, batch=2, chunk_rows=5,
+                              cache_dir=tmp_path_factory.mktemp("single"))
+        params, icfg, batches = worker.importance_inputs()
+        stats = collect_importance(params, icfg, batches)
+        a, f = ablation_influence(params, icfg, batches[:2])
+        res = distill(student, cache, tokens, cfg)
+    finally:
+        torch.set_num_threads(threads)
     return {"teacher": worker.folder_hash(cache.folder), "importance": worker.stats_hash(replace(stats, attention_removal=a,
             ffn_removal=f)), "losses": res.losses, "weights": {k: v.detach() for k, v in student.state_dict().items()}}
 
