@@ -44,8 +44,10 @@ from autocompress.progress import Progress
 CKPT_VERSION = "distill-dcp-1"
 
 
-def shard(model: torch.nn.Module) -> torch.nn.Module:
-    """FSDP2 over all ranks: each decoder layer that has parameters, then the root; gradients summed."""
+def shard(model: torch.nn.Module, train: bool = True) -> torch.nn.Module:
+    """FSDP2 over all ranks: each decoder layer that has parameters, then the root; gradients summed.
+    ``train=False`` (a forward-only teacher): the root is resharded after its forward too, since no
+    backward comes to do it."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -53,7 +55,7 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
     for layer in getattr(getattr(model, "model", None), "layers", None) or []:
         if any(True for _ in layer.parameters()):
             fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh, reshard_after_forward=False)  # the root is needed again at once
+    fully_shard(model, mesh=mesh, reshard_after_forward=not train)  # training: the backward needs it at once
     for m in model.modules():  # per FSDP module, not recursive
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)
@@ -76,7 +78,7 @@ def distill_sharded(student: torch.nn.Module, teacher: TeacherCache, train_token
     dev = dist.device()
     shard(student.to(dev))
     if hidden is not None:
-        shard(hidden.teacher.to(dev).eval().requires_grad_(False))
+        shard(hidden.teacher.to(dev).eval().requires_grad_(False), train=False)
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, foreach=False)
     result = DistillResult(losses=[], steps=0, tokens=0, seconds=0.0)

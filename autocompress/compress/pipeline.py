@@ -150,11 +150,12 @@ def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, ups
                          ckpt_every=max(1, min(20, settings.distill_steps // 3)))
 
     recipe = _recipe()
+    ranks = f", {dist.world()} process{'es' if dist.world() > 1 else ''} (FSDP2)" if dist.active() else ""
 
     def distill_stage(tmp: Path, partial: Path) -> dict:
         model = student_model(arch, state, llama_globals)
         progress.log(f"[distill] {settings.distill_steps} steps x {settings.batch} x {settings.seq_len} tokens, "
-                     f"lr {settings.lr}" + (f", {dist.world()} process{'es' if dist.world() > 1 else ''} (FSDP2)" if dist.active() else ""))
+                     f"lr {settings.lr}{ranks}")
         if any(partial.iterdir()):
             progress.log(f"[distill] resuming from the last checkpoint in {partial.name}")
         crash = os.environ.get("ACC_CRASH_AT", "")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -41,6 +42,17 @@ def setup():
     tokens = kit.random_tokens(10, 16, seed=3)
     cfg = DistillConfig(steps=STEPS, batch=4, lr=3e-3, seed=0, ckpt_every=1, keep_ckpts=2)
     return teacher, student, tokens, cfg
+
+
+def hidden_setup():
+    """A live teacher (its hidden states are matched, so it runs with the student), the student, the pairs."""
+    import _distillkit as kit
+
+    from autocompress.compress.distill import HiddenPairs
+
+    live = kit.tiny_llama(0)
+    _, student, _, _ = setup()
+    return live, student, HiddenPairs(live, [(student.model.layers[i], live.model.layers[i]) for i in range(2)])
 
 
 def importance_inputs():
@@ -88,8 +100,6 @@ def main(out: Path, mode: str, ckpt: Path) -> None:
         res["gathered"] = dist.gather_rows(torch.arange(7.0)[list(dist.share(7))].unsqueeze(1) * 10, 7).flatten().tolist()
         res["mapped"] = dist.map_shared(lambda x: x * x, [1.0, 2.0, 3.0])
         params, icfg, batches = importance_inputs()
-        from dataclasses import replace
-
         stats = collect_importance(params, icfg, batches)
         a, f = ablation_influence(params, icfg, batches[:2])
         res["importance"] = stats_hash(replace(stats, attention_removal=a, ffn_removal=f))
@@ -99,6 +109,11 @@ def main(out: Path, mode: str, ckpt: Path) -> None:
             save_file(full, str(out / "student-full.safetensors"))
         _, student2, _, _ = setup()
         distill_sharded(student2, cache, tokens, cfg, ckpt_dir=ckpt, stop_after=STOP)
+        live, student3, hidden = hidden_setup()
+        r, _ = distill_sharded(student3, cache, tokens, replace(cfg, steps=STOP), hidden=hidden)
+        from torch.distributed.tensor import DTensor
+
+        res["hidden"] = {"losses": r.losses, "teacher_sharded": all(isinstance(p, DTensor) for p in live.parameters())}
     else:
         r, full = distill_sharded(student, cache, tokens, cfg, ckpt_dir=ckpt)
         res["resumed"] = {"losses": r.losses, "resumed_from": r.resumed_from}

@@ -63,10 +63,13 @@ def single(tmp_path_factory):
         stats = collect_importance(params, icfg, batches)
         a, f = ablation_influence(params, icfg, batches[:2])
         res = distill(student, cache, tokens, cfg)
+        _, student3, hidden = worker.hidden_setup()
+        live = distill(student3, cache, tokens, replace(cfg, steps=worker.STOP), hidden=hidden)
     finally:
         torch.set_num_threads(threads)
     return {"teacher": worker.folder_hash(cache.folder), "importance": worker.stats_hash(replace(stats, attention_removal=a,
-            ffn_removal=f)), "losses": res.losses, "weights": {k: v.detach() for k, v in student.state_dict().items()}}
+            ffn_removal=f)), "losses": res.losses, "weights": {k: v.detach() for k, v in student.state_dict().items()},
+            "hidden": live.losses}
 
 
 def _rel(a: list[float], b: list[float]) -> float:
@@ -100,6 +103,14 @@ def test_fsdp2_distillation_follows_the_single_process_curve(runs, single):
     assert sorted(w) == sorted(single["weights"])
     assert max(float((w[k] - single["weights"][k]).abs().max()) for k in w) < 1e-5
     assert any(not torch.equal(w[k], single["weights"][k]) for k in w)  # a real second code path, not a copy
+
+
+def test_a_live_teacher_is_sharded_too_and_its_hidden_state_loss_follows_one_process(runs, single):
+    _, r = runs
+    hidden = r["fresh-ws2"]["hidden"]
+    assert hidden["teacher_sharded"]  # when its outputs are not precomputed the teacher is FSDP2-sharded
+    assert len(hidden["losses"]) == worker.STOP
+    assert max(abs(x - y) / y for x, y in zip(hidden["losses"], single["hidden"])) < 1e-5
 
 
 def test_resume_from_sharded_checkpoints_at_the_same_and_another_world_size(runs):
