@@ -6,6 +6,7 @@ Exit codes (documented in the README):
   2  invalid input: a spec, profile, output folder or command-line error, rendered with file:line:col
   3  internal error: a bug in autocompress; the message asks to report it
   4  no architecture was found, but infeasibility is not proved (``acc check``, ``acc build``)
+  5  a distributed ``acc build`` lost a process (killed, or stopped answering): rerunning resumes
 
 Imports are deliberately lazy: ``acc check`` must answer in well under two seconds, so rich,
 cvxpy and the stages are imported inside the commands that use them, and torch never is.
@@ -18,7 +19,7 @@ import os
 import sys
 
 from autocompress import __version__
-from autocompress.diagnostics import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, ImportanceFileError, SpecError
+from autocompress.diagnostics import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_PEER, ImportanceFileError, SpecError
 
 BUG_HINT = "this is a bug in autocompress {v}; please report it with the spec and this message"
 
@@ -51,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
 
     b.add_argument("--no-verify", action="store_true", help="skip `acc verify` at the end (it runs when the target "
                    "hardware is this machine and the engine is installed)")
+    b.add_argument("--nproc", type=_positive, metavar="N", help="run the build in N processes on this machine "
+                   "(torchrun's agent: data parallel, FSDP2 distillation); several machines: torchrun or srun, "
+                   "see docs/scale-out.md")
 
     v = sub.add_parser("verify", help="run the contract's workloads on an exported model and judge every bound")
     v.add_argument("out", help="the exported model folder (acc build's output)")
@@ -78,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true", help="exit 1 if the file is not in canonical form")
     g.add_argument("--write", action="store_true", help="rewrite the file in place (atomically)")
     return p
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"allowed: a whole number >= 1, got {text}")
+    return n
 
 
 def _console(stderr: bool = False):
@@ -152,24 +163,74 @@ def _cmd_build(args) -> int:
     except ImportError:
         sys.stderr.write("acc build needs torch and transformers: install them with scripts/install-full.sh\n")
         return EXIT_INVALID
+    from autocompress.compress import dist
+
+    if args.nproc and dist.launched():
+        sys.stderr.write("acc build: --nproc starts its own processes; under torchrun or srun leave it out\n")
+        return EXIT_INVALID
+    if args.nproc:
+        from autocompress.cli.launch import launch_build
+        from autocompress.compress.pipeline import plan_outputs
+
+        code = launch_build(args)
+        if code != EXIT_OK or args.no_verify:
+            return code
+        return _verify_build(args, plan_outputs(args.spec, args.baseline, args.force)[0], _console(stderr=True))
+    if not dist.launched():
+        return _build(args)
+    dist.init()
+    try:
+        return _build(args)
+    except Exception as err:
+        if not _peer_lost(err):
+            raise
+        sys.stderr.write(f"rank {dist.rank()}: another process of this build failed or stopped answering "
+                         f"({type(err).__name__}: {str(err)[:200]}); rerun the same command: it resumes\n")
+        return EXIT_PEER
+    finally:
+        dist.shutdown()
+
+
+def _peer_lost(err: Exception) -> bool:
+    """Is ``err`` a collective that failed because another rank died or hung (not a bug here)?"""
+    import torch.distributed as d
+
+    text = str(err)
+    return isinstance(err, d.DistError) or (isinstance(err, RuntimeError) and any(
+        s in text for s in ("Connection closed by peer", "Connection reset by peer", "Timed out waiting", "NCCL")))
+
+
+def _build(args) -> int:
     from autocompress.cli.terminal import build_progress, print_stage_times
+    from autocompress.compress import dist
     from autocompress.compress.pipeline import run_build
     from autocompress.compress.prepare import BuildError
+    from autocompress.progress import Progress
 
     console = _console(stderr=True)
-    progress = build_progress(console, quiet=args.quiet)
+    # under a launcher rank 0 speaks for the build; the others report nothing but their own errors
+    progress = build_progress(console, quiet=args.quiet) if dist.is_main() else Progress()
     try:
         result = run_build(args.spec, args.work, progress=progress, baseline=args.baseline, force=args.force,
                            no_calibrate=args.no_calibrate)
     except BuildError as err:
-        (sys.stdout if err.exit_code == EXIT_OK else sys.stderr).write(f"{args.spec}: {err}\n")
+        if dist.is_main():
+            (sys.stdout if err.exit_code == EXIT_OK else sys.stderr).write(f"{args.spec}: {err}\n")
         return err.exit_code
     finally:
-        progress.sink.close()
+        if hasattr(progress.sink, "close"):
+            progress.sink.close()
+    if not dist.is_main():
+        return EXIT_OK
     print_stage_times(console, result.report["timings_s"], result.report["total_s"])
     sys.stdout.write(f"built {result.output}\n")
     if args.no_verify:
         return EXIT_OK
+    return _verify_build(args, result.output, console)
+
+
+def _verify_build(args, output, console) -> int:
+    """``acc verify`` after a build when the target is this machine and its engine is installed."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.lang.api import load_spec
     from autocompress.measure.presence import engine_available, hardware_present
@@ -179,9 +240,9 @@ def _cmd_build(args) -> int:
     eng, why = engine_available(spec.target.engine)
     if not (here and eng):
         sys.stdout.write(f"not verified by measurement: {where if not here else why}; "
-                         f"`acc verify {result.output} {args.spec}` writes the predicted report\n")
+                         f"`acc verify {output} {args.spec}` writes the predicted report\n")
         return EXIT_OK
-    return _verify(str(result.output), args.spec, None, None, console)
+    return _verify(str(output), args.spec, None, None, console)
 
 
 def _verify(out: str, spec: str, threads, requests, console, passes: int = 1) -> int:

@@ -10,6 +10,11 @@ or an unrelated edit skips what is done and resumes distillation from its last c
 a change to a stage's code or settings re-runs that stage and everything downstream.
 Orchestration only: the tensor math lives in the stage modules (``data``, ``importance``,
 ``permute``, ``teacher``, ``search``, ``extract``, ``distill``, ``evaluate``).
+
+Under ``torchrun`` / ``srun`` / ``acc build --nproc N`` (``compress.dist``) every rank runs this
+recipe: importance, teacher outputs, the search's measured forwards and distillation (FSDP2,
+``distill_dist``) are split over the ranks; rank 0 alone writes stage folders, the export, the
+evaluation and the report, and the others wait for it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from autocompress.compress import dist
 from autocompress.compress.output import plan_output
 from autocompress.compress.prepare import Prepared, prepare
 from autocompress.compress.settings import BuildSettings
@@ -49,9 +55,21 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
                     *search_key_parts(strat))
     tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
     st = p.timed(f"search{tag}", lambda: run_stage(p.work, f"search-{strat.strategy}", key, search_stage,
-                                                   p.progress.log))
+                                                   p.progress.log, collective=True))
     chosen = json.loads((st.path / "architecture.json").read_text())
     return chosen, arch_from_dict(chosen["architecture"], p.parent.architecture)
+
+
+def plan_outputs(spec_path: str, baseline: str | None = None, force: bool = False) -> tuple[Path, Path | None]:
+    """The output folders a build may write (``output.plan_output``; a ``SpecError`` at the
+    ``output`` line otherwise): the spec's, and ``<output>-<baseline>``."""
+    from autocompress.lang.api import load_spec, read_spec_file
+
+    spec = load_spec(spec_path)
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(spec_path)), spec.output or f"out/{Path(spec_path).stem}")
+    source = read_spec_file(spec_path)
+    out = plan_output(spec, spec_path, out_dir, force, source).folder
+    return out, plan_output(spec, spec_path, f"{out}-{baseline}", force, source).folder if baseline else None
 
 
 def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | None = None,
@@ -64,16 +82,13 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     earlier autocompress output of another spec, and compress even when the parent already meets
     the contract as measured (``preflight``). ``no_calibrate``: no calibration of this machine
     first, when it has no profile yet."""
-    from autocompress.lang.api import load_spec, read_spec_file
+    from autocompress.lang.api import load_spec
 
     progress = as_progress(progress)
     t_start = time.perf_counter()
     spec = load_spec(spec_path)
     base = os.path.dirname(os.path.abspath(spec_path))
-    out_dir = os.path.join(base, spec.output or f"out/{Path(spec_path).stem}")
-    source = read_spec_file(spec_path)
-    out = plan_output(spec, spec_path, out_dir, force, source).folder  # before any work
-    b_out = plan_output(spec, spec_path, f"{out}-{baseline}", force, source).folder if baseline else None
+    out, b_out = plan_outputs(spec_path, baseline, force)  # before any work
     work = Path(work_dir) if work_dir else out.parent / f".{out.name}.acc"
     _preflight(spec, base, work, progress, force, no_calibrate)
     p = prepare(spec_path, work, progress)
@@ -101,10 +116,10 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         st, llama_globals = p.timed(f"distill{tag}", lambda: _distill(arch, p.permuted, p.cfg, p.teacher, p.data.train,
                                                                       strat, p.work, dkey, progress))
         p.stages.append(st)
-        fmt = p.timed(f"export{tag}", lambda: _export(arch, st.path, llama_globals, p.folder, target, spec_path,
-                                                      strat.strategy, progress.log))
-        quality = p.timed(f"evaluate{tag}", lambda: evaluate_build(parent_quality, target, p.data.heldout,
-                                                                   p.held_teacher, p.folder, strat))
+        fmt = p.timed(f"export{tag}", lambda: dist.main_only(lambda: _export(
+            arch, st.path, llama_globals, p.folder, target, spec_path, strat.strategy, progress.log)))
+        quality = p.timed(f"evaluate{tag}", lambda: dist.main_only(lambda: evaluate_build(
+            parent_quality, target, p.data.heldout, p.held_teacher, p.folder, strat)))
         return chosen, arch, {**st.summary, "format": fmt}, quality
 
     chosen, arch, result, quality = make(p.settings, out)
@@ -120,9 +135,10 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
                        "quality": b_quality, "distill": b_result, "predicted": b_pred}
     from autocompress.report.build import write_build_report
 
-    report = write_build_report(out, spec, spec_path, p.check.report, chosen, arch, p.parent, p.derived, p.settings,
-                                quality, result, p.timings, time.perf_counter() - t_start, base_report)
-    return BuildResult(out, report, tuple(p.stages))
+    report = dist.main_only(lambda: write_build_report(
+        out, spec, spec_path, p.check.report, chosen, arch, p.parent, p.derived, p.settings, quality, result,
+        p.timings, time.perf_counter() - t_start, base_report))
+    return BuildResult(out, report, tuple(p.stages))  # report: None on ranks other than 0
 
 
 def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate: bool) -> None:
@@ -134,14 +150,17 @@ def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate:
 
     if not preflight.applies(spec):
         return
-    preflight.calibrate_if_needed(spec, base, no_calibrate, progress.log)
-    parent = resolve_parent(spec.parent, base)
-    if not parent.has_weights:
-        return  # prepare() says why a bare config cannot be built
-    check = preflight.measure_parent(spec, parent.architecture, _parent_folder(spec, parent), work, progress.log)
-    for line in check.lines():
-        progress.log(line)
-    if check.meets and not force:
+
+    def on_main() -> bool:  # calibration and engine runs: one process, the others wait for its answer
+        preflight.calibrate_if_needed(spec, base, no_calibrate, progress.log)
+        parent = resolve_parent(spec.parent, base)
+        if not parent.has_weights:
+            return False  # prepare() says why a bare config cannot be built
+        check = preflight.measure_parent(spec, parent.architecture, _parent_folder(spec, parent), work, progress.log)
+        for line in check.lines():
+            progress.log(line)
+        return check.meets
+    if dist.from_main(bool(dist.main_only(on_main))) and not force:
         raise BuildError("the parent already meets every bound of the contract, as measured on this machine: nothing "
                          "to compress (--force compresses anyway)", EXIT_OK)
 
@@ -151,39 +170,58 @@ def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, ups
     (checkpoints in the stage's ``.partial`` folder: a killed build resumes from the last one)."""
     from safetensors.torch import save_file
 
-    from autocompress.compress.distill import DistillConfig, distill
+    from autocompress.compress.distill import DistillConfig
     from autocompress.compress.extract import extract, student_model
 
     state, llama_globals = extract(permuted, cfg, arch)
     dcfg = DistillConfig(steps=settings.distill_steps, batch=settings.batch, lr=settings.lr, seed=settings.seed,
                          ckpt_every=max(1, min(20, settings.distill_steps // 3)))
 
+    recipe = _recipe()
+    ranks = f", {dist.world()} process{'es' if dist.world() > 1 else ''} (FSDP2)" if dist.active() else ""
+
     def distill_stage(tmp: Path, partial: Path) -> dict:
         model = student_model(arch, state, llama_globals)
         progress.log(f"[distill] {settings.distill_steps} steps x {settings.batch} x {settings.seq_len} tokens, "
-                     f"lr {settings.lr}")
+                     f"lr {settings.lr}{ranks}")
         if any(partial.iterdir()):
             progress.log(f"[distill] resuming from the last checkpoint in {partial.name}")
         crash = os.environ.get("ACC_CRASH_AT", "")
         if crash.startswith("distill:"):  # fault injection (stages.crash_point): die after checkpoint N
-            distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress,
-                    stop_after=int(crash.split(":")[1]))
+            recipe(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress,
+                   stop_after=int(crash.split(":")[1]))
             crash_point(crash)
-        res = distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress)
-        sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+            model = student_model(arch, state, llama_globals)  # ranks that live on (ACC_CRASH_RANK) start over
+        res, sd = recipe(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress)
         if llama_globals.get("tie_word_embeddings", arch.tie_embeddings):
             sd.pop("lm_head.weight", None)
-        save_file(sd, str(tmp / "student.safetensors"))
+        if dist.is_main():
+            save_file(sd, str(tmp / "student.safetensors"))
         summary = {"steps": res.steps, "tokens": res.tokens, "seconds": round(res.seconds, 1),
                    "first_loss": res.losses[0] if res.losses else None,
                    "last_loss": res.losses[-1] if res.losses else None, "resumed_from": res.resumed_from}
         (tmp / "distill.json").write_text(json.dumps({**summary, "losses": res.losses}, indent=1))
         return summary
 
-    code = ("autocompress.compress.distill", "autocompress.compress.extract")
+    code = ("autocompress.compress.distill", "autocompress.compress.distill_dist", "autocompress.compress.extract")
     key = stage_key("distill", code, upstream_key, json.dumps(asdict(dcfg), default=str, sort_keys=True))
-    st = run_stage(work, "distill", key, distill_stage, progress.log)
+    st = run_stage(work, "distill", key, distill_stage, progress.log, collective=True)
     return st, llama_globals
+
+
+def _recipe():
+    """``(model, teacher, rows, cfg, **kw) -> (result, full state dict)``: the single-process recipe,
+    or under a launcher the FSDP2 one (``distill_dist``; the state dict on rank 0 only)."""
+    if dist.active():
+        from autocompress.compress.distill_dist import distill_sharded
+
+        return distill_sharded
+    from autocompress.compress.distill import distill
+
+    def single(model, *args, **kw):
+        res = distill(model, *args, **kw)
+        return res, {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    return single
 
 
 def _export(arch, stage: Path, llama_globals: dict, tokenizer_dir, out: Path, spec_path, strategy: str, log) -> str:

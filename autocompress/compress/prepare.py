@@ -1,6 +1,9 @@
 """The stages every strategy of one build shares: check, parent, data, importance (+ permutation),
 teacher outputs (``prepare`` -> ``Prepared``). ``pipeline.run_build`` runs them once, then the
 per-strategy stages; benchmarks use ``Prepared`` to run the search alone.
+
+Under a launcher (``compress.dist``) rank 0 fills the caches first (check, parent, tokens) and
+the others read them; importance and teacher outputs are split over the ranks.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autocompress.compress import dist
 from autocompress.compress.settings import BuildSettings, derive_build
 from autocompress.compress.stages import StageResult, run_stage, stage_key
 from autocompress.progress import Progress, as_progress
@@ -32,7 +36,7 @@ def _parent_folder(spec, parent) -> Path:
     return weights_folder(spec.parent.value, parent)
 
 
-def _check_verdict(check) -> None:
+def check_verdict(check) -> None:
     from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_NOT_FOUND
 
     verdict = check.report["verdict"]
@@ -103,22 +107,25 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
     base = os.path.dirname(os.path.abspath(spec_path))
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    check = run_check(spec_path)  # the contract must be feasible before any weight is loaded
+    check = dist.main_first(lambda: run_check(spec_path))  # feasible before any weight is loaded
     timings["check"] = time.perf_counter() - t
-    _check_verdict(check)
+    check_verdict(check)
     parent = resolve_parent(spec.parent, base)
     derived = derive(spec, parent.architecture, base)
     settings = derive_build(spec)
+    if settings.batch < dist.world():
+        raise BuildError(f"distill batch {settings.batch} is smaller than the {dist.world()} processes: each needs at "
+                         "least one row per step (raise `batch` in the spec's distill block, or use fewer processes)")
     for name, value, why in derived.rows + settings.rows:
         log(f"  {name:<28} {value:<24} {why}")
     torch.manual_seed(settings.seed)
 
     t = time.perf_counter()
-    folder = _parent_folder(spec, parent)
+    folder = dist.main_first(lambda: _parent_folder(spec, parent))
     params, cfg = load_llama(folder)
     timings["parent"] = time.perf_counter() - t
     t = time.perf_counter()
-    data = prepare_data(spec, folder, settings, base)
+    data = dist.main_first(lambda: prepare_data(spec, folder, settings, base))
     timings["data"] = time.perf_counter() - t
     log(f"[data] {data.description}: {data.documents} documents")
     # stages that do not read the contract (importance, teacher outputs, the parent's quality) are
@@ -130,15 +137,16 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
 
     def importance_stage(tmp: Path, partial: Path) -> dict:
         stats = measure_importance(params, cfg, data.calibration, settings.batch, settings.ablation_rows, progress)
-        stats.to_json(tmp / "importance.json")
-        permuted, _ = permute(params, cfg, stats)
-        save_file({k: v.contiguous() for k, v in permuted.items()}, str(tmp / "permuted.safetensors"))
+        if dist.is_main():  # under a launcher every rank measured its share; rank 0 writes
+            stats.to_json(tmp / "importance.json")
+            permuted, _ = permute(params, cfg, stats)
+            save_file({k: v.contiguous() for k, v in permuted.items()}, str(tmp / "permuted.safetensors"))
         return {"calibration_tokens": int(data.calibration[:, :-1].numel())}
 
     ikey = stage_key("importance", ("autocompress.compress.importance", "autocompress.compress.permute"), data_key,
                      str(settings.calib_rows), str(settings.batch), str(settings.ablation_rows))
     t = time.perf_counter()
-    imp = run_stage(work, "importance", ikey, importance_stage, log)
+    imp = run_stage(work, "importance", ikey, importance_stage, log, collective=True)
     timings["importance"] = time.perf_counter() - t
     permuted = load_file(str(imp.path / "permuted.safetensors"))
 

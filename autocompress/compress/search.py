@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from autocompress.compress import dist
 from autocompress.compress.refine import RefineConfig, refine
 from autocompress.compress.tables import cost_tables
 from autocompress.feasibility.assess import assess
@@ -138,7 +139,8 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     search_kl, select_kl = _measures(net, teacher, train_rows, settings)
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
     t_ref = time.perf_counter()
-    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log)
+    # the measured forwards are independent: under a launcher they are split over the ranks
+    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared)
     t_ref = time.perf_counter() - t_ref
     arch = ev = None
     for cand in sorted(ref.candidates, key=lambda c: c.kl):  # the exact cost model has the last word
