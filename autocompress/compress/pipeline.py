@@ -41,11 +41,11 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
 
     def search_stage(tmp: Path, partial: Path) -> dict:
         chosen = choose_architecture(p.spec, p.parent.architecture, p.derived, p.importance.path / "importance.json",
-                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress)
+                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress, p.family)
         (tmp / "architecture.json").write_text(json.dumps(chosen, indent=2))
         return {"strategy": strat.strategy}
 
-    key = stage_key("search", ("autocompress.compress.search",), p.spec_key, p.importance.key, p.teacher_key,
+    key = stage_key("search", p.family.code["search"], p.spec_key, p.importance.key, p.teacher_key,
                     *search_key_parts(strat))
     tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
     st = p.timed(f"search{tag}", lambda: run_stage(p.work, f"search-{strat.strategy}", key, search_stage,
@@ -72,17 +72,19 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     source = read_spec_file(spec_path)
     out = plan_output(spec, spec_path, out_dir, force, source).folder  # before any work
     b_out = plan_output(spec, spec_path, f"{out}-{baseline}", force, source).folder if baseline else None
+    _require_family(spec, spec_path, base, source)  # before any work: exit 2 at the model line
     p = prepare(spec_path, Path(work_dir) if work_dir else out.parent / f".{out.name}.acc", progress)
 
     from autocompress.compress.evaluate import evaluate_build, evaluate_parent
     from autocompress.ir import arch_to_dict
 
     def parent_quality_stage(tmp: Path, partial: Path) -> dict:
-        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings)
+        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings, p.family.forward)
         (tmp / "quality.json").write_text(json.dumps(q))
         return {}
 
-    pkey = stage_key("parent-quality", ("autocompress.compress.evaluate",), p.data_key, str(p.settings.eval_rows))
+    pkey = stage_key("parent-quality", ("autocompress.compress.evaluate", *p.family.code["teacher"][1:]), p.data_key,
+                     str(p.settings.eval_rows))
     pq = p.timed("evaluate (parent)", lambda: run_stage(p.work, "parent-quality", pkey, parent_quality_stage,
                                                         progress.log))
     parent_quality = json.loads((pq.path / "quality.json").read_text())
@@ -94,13 +96,14 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         # teacher outputs), not by the search that chose it: when autocompress's measured choice is
         # the uniform grid's point, both strategies share one distillation
         dkey = stage_key("student", (), p.importance.key, p.teacher_key, json.dumps(arch_to_dict(arch), sort_keys=True))
-        st, llama_globals = p.timed(f"distill{tag}", lambda: _distill(arch, p.permuted, p.cfg, p.teacher, p.data.train,
-                                                                      strat, p.work, dkey, progress))
+        st, extras = p.timed(f"distill{tag}", lambda: _distill(p.family, arch, p.permuted, p.cfg, p.teacher,
+                                                               p.data.train, strat, p.work, dkey, progress))
         p.stages.append(st)
-        fmt = p.timed(f"export{tag}", lambda: _export(arch, st.path, llama_globals, p.folder, target, spec_path,
+        fmt = p.timed(f"export{tag}", lambda: _export(p.family, arch, st.path, extras, p.folder, target, spec_path,
                                                       strat.strategy, progress.log))
         quality = p.timed(f"evaluate{tag}", lambda: evaluate_build(parent_quality, target, p.data.heldout,
-                                                                   p.held_teacher, p.folder, strat))
+                                                                   p.held_teacher, p.folder, strat,
+                                                                   p.family.load_exported))
         return chosen, arch, {**st.summary, "format": fmt}, quality
 
     chosen, arch, result, quality = make(p.settings, out)
@@ -121,20 +124,28 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     return BuildResult(out, report, tuple(p.stages))
 
 
-def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, upstream_key: str, progress):
-    """The distill stage: the student extracted from the parent's permuted weights, distilled
-    (checkpoints in the stage's ``.partial`` folder: a killed build resumes from the last one)."""
+def _require_family(spec, spec_path: str, base: str, source: str) -> None:
+    from autocompress.families.registry import require_buildable
+    from autocompress.parents.resolve import resolve_parent
+
+    parent = resolve_parent(spec.parent, base, spec_path=spec_path, source=source)
+    require_buildable(spec, parent.architecture.family, spec_path, source)
+
+
+def _distill(family, arch, permuted, cfg, teacher, train_rows, settings, work: Path, upstream_key: str, progress):
+    """The distill stage: the student extracted from the parent's permuted weights (by its family,
+    ``families.base``), distilled (checkpoints in the stage's ``.partial`` folder: a killed build
+    resumes from the last one)."""
     from safetensors.torch import save_file
 
     from autocompress.compress.distill import DistillConfig, distill
-    from autocompress.compress.extract import extract, student_model
 
-    state, llama_globals = extract(permuted, cfg, arch)
+    state, extras = family.extract(permuted, cfg, arch)
     dcfg = DistillConfig(steps=settings.distill_steps, batch=settings.batch, lr=settings.lr, seed=settings.seed,
                          ckpt_every=max(1, min(20, settings.distill_steps // 3)))
 
     def distill_stage(tmp: Path, partial: Path) -> dict:
-        model = student_model(arch, state, llama_globals)
+        model = family.student(arch, state, extras)
         progress.log(f"[distill] {settings.distill_steps} steps x {settings.batch} x {settings.seq_len} tokens, "
                      f"lr {settings.lr}")
         if any(partial.iterdir()):
@@ -146,7 +157,7 @@ def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, ups
             crash_point(crash)
         res = distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress)
         sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-        if llama_globals.get("tie_word_embeddings", arch.tie_embeddings):
+        if extras.get("tie_word_embeddings", arch.tie_embeddings):
             sd.pop("lm_head.weight", None)
         save_file(sd, str(tmp / "student.safetensors"))
         summary = {"steps": res.steps, "tokens": res.tokens, "seconds": round(res.seconds, 1),
@@ -155,21 +166,19 @@ def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, ups
         (tmp / "distill.json").write_text(json.dumps({**summary, "losses": res.losses}, indent=1))
         return summary
 
-    code = ("autocompress.compress.distill", "autocompress.compress.extract")
-    key = stage_key("distill", code, upstream_key, json.dumps(asdict(dcfg), default=str, sort_keys=True))
+    key = stage_key("distill", family.code["distill"], upstream_key, json.dumps(asdict(dcfg), default=str, sort_keys=True))
     st = run_stage(work, "distill", key, distill_stage, progress.log)
-    return st, llama_globals
+    return st, extras
 
 
-def _export(arch, stage: Path, llama_globals: dict, tokenizer_dir, out: Path, spec_path, strategy: str, log) -> str:
-    """Write the distilled student to ``out`` (validated by ``output.plan_output`` at the start:
-    absent, empty, or an earlier autocompress output it may replace). Returns the format."""
+def _export(family, arch, stage: Path, extras: dict, tokenizer_dir, out: Path, spec_path, strategy: str, log) -> str:
+    """Write the distilled student to ``out`` in its family's format (validated by
+    ``output.plan_output`` at the start: absent, empty, or an earlier autocompress output it may
+    replace). Returns the format."""
     from safetensors.torch import load_file
 
-    from autocompress.export.writer import export_architecture, llama_format
-
     trained = load_file(str(stage / "student.safetensors"))
-    export_architecture(out, arch, trained, tokenizer_dir, overwrite=True, spec_path=spec_path, strategy=strategy,
-                        **llama_globals)
-    log(f"[export] {out}")
-    return "llama" if llama_format(arch) else "decilm"
+    fmt = family.export(out, arch, trained, tokenizer_dir, extras, overwrite=True, spec_path=spec_path,
+                        strategy=strategy)
+    log(f"[export] {out} ({fmt})")
+    return fmt
