@@ -48,11 +48,22 @@ def _load_exported(folder):
     return load_exported(folder)
 
 
-def hybrid_family(name: str, module: str, load, export) -> BuildFamily:
-    """The family ``name`` whose checkpoints ``module`` reads (``load``) and writes (``export``)."""
+def hybrid_family(name: str, module: str, load, config, export) -> BuildFamily:
+    """The family ``name`` whose checkpoints ``module`` reads (``load``, ``config``) and writes (``export``)."""
     return BuildFamily(
-        name, load, _forward, _importance, _permute, _supernet, _extract, _student, export, _load_exported,
+        name, load, config, _forward, _importance, _permute, _supernet, _extract, _student, export, _load_exported,
         {"importance": ("autocompress.compress.hybrid_importance", "autocompress.compress.hybrid_permute", module),
          "teacher": ("autocompress.compress.teacher", "autocompress.nn.hybrid", module),
          "search": ("autocompress.compress.search", "autocompress.compress.hybrid_supernet"),
          "distill": ("autocompress.compress.distill", "autocompress.compress.hybrid_extract", module)})
+
+
+def config_of(folder, hybrid_config):
+    """The ``HybridConfig`` of a folder's config.json (no weights read), by the family's builder."""
+    import json
+    from pathlib import Path
+
+    from autocompress.parents.hf_config import architecture_from_config
+
+    native = json.loads((Path(folder) / "config.json").read_text())
+    return hybrid_config(native, architecture_from_config(native))

@@ -7,6 +7,7 @@ module defines ``FAMILY``. The functions (all fp32, CPU or any torch device):
 
 =============  ====================================================================================
 ``load``       folder -> (params, cfg): the parent's weights (the family's own names) and config
+``config``     folder -> cfg from config.json alone (synthetic models for ``acc profile``)
 ``forward``    (params, cfg, ids, masks=None, tap=None, return_hidden=False, start=None) -> logits
 ``importance`` (params, cfg, rows, batch, ablation_rows, progress) -> stats with ``to_json(path)``
                (the file ``feasibility.objective.load_importance`` reads)
@@ -21,6 +22,9 @@ module defines ``FAMILY``. The functions (all fp32, CPU or any torch device):
 ``load_exported`` folder -> the exported model through stock transformers (quality is measured on
                what ships)
 =============  ====================================================================================
+
+The hybrid families' weights (``params``, extraction, student state) use ``nn.hybrid``'s
+canonical names; Llama's use transformers' Llama names.
 
 ``code`` names, per stage, the modules whose source keys that stage's cache (``cache.code_digest``
 follows their package imports); Llama's are the modules it used before the seam existed, so its
@@ -38,6 +42,7 @@ from types import MappingProxyType
 class BuildFamily:
     name: str  # the registry row's name
     load: Callable
+    config: Callable
     forward: Callable
     importance: Callable
     permute: Callable

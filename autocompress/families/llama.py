@@ -19,6 +19,14 @@ def _load(folder):
     return load_llama(folder)
 
 
+def _config(folder):
+    import json
+
+    from autocompress.nn.llama import LlamaConfig
+
+    return LlamaConfig.from_hf(json.loads((Path(folder) / "config.json").read_text()))
+
+
 def _forward(params, cfg, input_ids, masks=None, tap=None, return_hidden=False, start=None):
     from autocompress.nn.llama import forward
 
@@ -70,7 +78,7 @@ def _load_exported(folder):
 
 
 FAMILY = BuildFamily(
-    "llama", _load, _forward, _importance, _permute, _supernet, _extract, _student, _export, _load_exported,
+    "llama", _load, _config, _forward, _importance, _permute, _supernet, _extract, _student, _export, _load_exported,
     {"importance": ("autocompress.compress.importance", "autocompress.compress.permute"),
      "teacher": ("autocompress.compress.teacher", "autocompress.nn.llama"),
      "search": ("autocompress.compress.search",),

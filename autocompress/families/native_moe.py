@@ -157,10 +157,16 @@ def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=No
     return parent.native["model_type"]
 
 
+def config(folder) -> HybridConfig:
+    from autocompress.families._hybrid import config_of
+
+    return config_of(folder, hybrid_config)
+
+
 def _family():
     from autocompress.families._hybrid import hybrid_family
 
-    return hybrid_family("native-moe", __name__, load, export)
+    return hybrid_family("native-moe", __name__, load, config, export)
 
 
 FAMILY = _family()

@@ -48,13 +48,19 @@ _NATIVE_LIMITS = (
     ("layer removal", "whole layers only", "fewer layers is the same format; half a layer is not"),
     ("shared expert width", "fixed", "not pruned in this version"),
 )
-NATIVE_MOE = FamilyEntry(
-    "native-moe", "autocompress.families.native_moe", "the parent's own format (Mixtral / Qwen2-MoE)",
-    True, (), ("expert_width",), _NATIVE_LIMITS)
-NATIVE_MOE_QK_NORM = FamilyEntry(
-    "native-moe", "autocompress.families.native_moe", "the parent's own format (Qwen3-MoE)",
-    True, ("kv_heads",), ("expert_width",), _NATIVE_LIMITS[:3] + (
-        ("kv_heads", "fixed", "merging KV heads is not exact under Qwen3's per-head key norm"),) + _NATIVE_LIMITS[4:])
+
+
+def _native(export: str, fixed: dict[str, str]) -> FamilyEntry:
+    """A native MoE format; ``fixed``: axis -> why this family cannot vary it (replaces its row)."""
+    limits = tuple((a, "fixed", fixed[a]) if a in fixed else (a, scope, why) for a, scope, why in _NATIVE_LIMITS)
+    return FamilyEntry("native-moe", "autocompress.families.native_moe", f"the parent's own format ({export})", True,
+                       tuple(fixed), ("expert_width",), limits)
+
+
+MIXTRAL = _native("Mixtral", {})
+QWEN2_MOE = _native("Qwen2-MoE", {"hidden": "vLLM's qwen2_moe.py takes head_dim = hidden_size / num_attention_heads, "
+                                            "so a narrower hidden size would shrink every head"})
+QWEN3_MOE = _native("Qwen3-MoE", {"kv_heads": "merging KV heads is not exact under Qwen3's per-head key norm"})
 
 NEMOTRON_H = FamilyEntry(
     "nemotron_h", "autocompress.families.nemotron_h", "NemotronH, or NemotronH-Puzzle (block_configs, remote code)",
@@ -73,9 +79,9 @@ BUILD_FAMILIES: dict[str, FamilyEntry] = {
     "llama": LLAMA,
     "mistral": LLAMA,
     "nemotron-nas": LLAMA,
-    "mixtral": NATIVE_MOE,
-    "qwen2_moe": NATIVE_MOE,
-    "qwen3_moe": NATIVE_MOE_QK_NORM,
+    "mixtral": MIXTRAL,
+    "qwen2_moe": QWEN2_MOE,
+    "qwen3_moe": QWEN3_MOE,
     "nemotron_h": NEMOTRON_H,  # also nemotron_h_puzzle configs: the IR family of both
 }
 
@@ -86,6 +92,24 @@ NOT_BUILT: dict[str, str] = {
     "gemma3_text": "Gemma 3's extra norms and scalings are not in a functional forward yet (issue 16)",
     "gemma3": "Gemma 3's extra norms and scalings are not in a functional forward yet (issue 16)",
 }
+
+
+# What a serving engine cannot run on a device class, by family and sub-block kind: seen on this
+# host (tests/families/test_families_vllm.py pins it), never assumed. ``acc verify`` and ``acc
+# profile`` say so instead of starting an engine that will crash.
+ENGINE_GAPS: dict[tuple[str, str, str, str], str] = {
+    ("nemotron_h", "moe", "vllm", "cpu"): "vLLM 0.32's CPU backend has no kernel for NemotronH's non-gated MoE experts "
+                                          "(is_act_and_mul=False is supported only for CUDA, XPU and ROCm)",
+}
+
+
+def engine_gap(arch, engine: str, device_kind: str) -> str | None:
+    """Why ``engine`` on a ``device_kind`` device cannot run ``arch`` (None when it can, as far as seen)."""
+    from autocompress.ir import MoE
+
+    kinds = {"moe" for b in arch.blocks if isinstance(b.ffn, MoE)}
+    return next((why for (fam, kind, eng, dev), why in ENGINE_GAPS.items()
+                 if fam == arch.family and kind in kinds and eng == engine and dev == device_kind), None)
 
 
 def buildable_names() -> str:

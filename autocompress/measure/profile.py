@@ -72,6 +72,11 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike, model: str =
         tok = convert_gguf(parent.path)
     else:
         tok = Path(parent.path).parent
+    from autocompress.families.registry import engine_gap
+
+    gap = engine_gap(parent.architecture, engine, device.kind)
+    if gap:
+        raise ProfileRunError(f"cannot profile {model} with {engine} on {hardware}: {gap}")
     n_cal, n_held = (4, 4) if quick else (CALIBRATION_ARCHS, HELDOUT_ARCHS)
     archs = variants(parent.architecture, n_cal + n_held)
     root = Path(root) if root else Path(cache_root()) / "profiling"

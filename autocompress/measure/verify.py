@@ -85,6 +85,11 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     env_note = where if present else f"not measured: {where}"
     if present and not eng_ok:
         env_note = f"not measured: {eng_why}"
+    from autocompress.families.registry import engine_gap
+
+    gap = engine_gap(arch, spec.target.engine, derived.device.kind)
+    if present and eng_ok and gap:
+        eng_ok, env_note = False, f"not measured: {gap}"
     if measure and present and eng_ok:
         limits = derive_limits(arch, spec.target, spec.workloads, threads=threads)
         if requests is None and derived.device.kind == "cpu":

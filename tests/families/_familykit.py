@@ -16,7 +16,7 @@ sys.path.insert(0, str(HERE.parent / "export"))
 
 VOCAB = 512
 COMMON = dict(vocab_size=VOCAB, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
-              max_position_embeddings=512, bos_token_id=0, eos_token_id=1, pad_token_id=None,
+              max_position_embeddings=2048, bos_token_id=0, eos_token_id=1, pad_token_id=None,
               tie_word_embeddings=False)
 
 
