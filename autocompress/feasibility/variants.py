@@ -90,7 +90,9 @@ def assess_variants(spec, parent: Architecture, profile, device, space, importan
         f = tried[v]
         return f.start.importance if f.start is not None else -1.0
 
-    run(full)
+    if run(full).verdict == "infeasible" and tried[full].diagnosis and all(
+            d.basis == "engine" for d in tried[full].diagnosis):  # an engine limit: no size changes it
+        return Swept(tried[full], full, parent, (), tuple(tried.items()))
     for h in heads[1:]:
         run(Variant(h, full.expert_width))
     best_h = max((v for v in tried), key=lambda v: (score(v), v == full)).mamba_heads

@@ -17,7 +17,7 @@ sys.path.insert(0, str(HERE.parent / "export"))
 VOCAB = 512
 COMMON = dict(vocab_size=VOCAB, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=2048, bos_token_id=0, eos_token_id=1, pad_token_id=None,
-              tie_word_embeddings=False)
+              tie_word_embeddings=False, initializer_range=0.05)  # larger than the 0.02 default: layers matter
 
 
 def hf_config(family: str, **over):
