@@ -67,4 +67,4 @@ def family_of(arch_family: str) -> BuildFamily:
 
     from autocompress.families.registry import BUILD_FAMILIES
 
-    return importlib.import_module(BUILD_FAMILIES[arch_family].module).FAMILY
+    return importlib.import_module(f"autocompress.{BUILD_FAMILIES[arch_family].module}").FAMILY

@@ -81,6 +81,6 @@ FAMILY = BuildFamily(
     "llama", _load, _config, _forward, _importance, _permute, _supernet, _extract, _student, _export, _load_exported,
     {"importance": ("autocompress.compress.importance", "autocompress.compress.permute"),
      "teacher": ("autocompress.compress.teacher", "autocompress.nn.llama"),
-     "search": ("autocompress.compress.search",),
+     "search": ("autocompress.compress.search", "autocompress.compress.supernet"),
      "distill": ("autocompress.compress.distill", "autocompress.compress.extract")},
 )

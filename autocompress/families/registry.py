@@ -24,7 +24,10 @@ from autocompress.diagnostics import Diagnostic, SpecError
 @dataclass(frozen=True)
 class FamilyEntry:
     name: str  # the build family
-    module: str  # defines ``FAMILY`` (a ``families.base.BuildFamily``)
+    # the module (under ``autocompress.``) that defines ``FAMILY`` (a ``families.base.BuildFamily``);
+    # written without the package prefix so that ``cache.code_digest`` of ``acc check``, which reads
+    # this table but never runs a family's torch side, does not follow it
+    module: str
     export: str  # the format ``acc build`` writes
     uniform: bool  # one size per axis for all layers, whole layers removed or kept: the uniform grid
     fixed_axes: tuple[str, ...]  # search axes (``lang.model.AXES``) this family cannot vary
@@ -33,7 +36,7 @@ class FamilyEntry:
 
 
 LLAMA = FamilyEntry(
-    "llama", "autocompress.families.llama", "Llama (homogeneous) or DeciLM (nemotron-nas)", False, (), (), (
+    "llama", "families.llama", "Llama (homogeneous) or DeciLM (nemotron-nas)", False, (), (), (
         ("hidden", "global", "one residual width in every format"),
         ("kv_heads, ffn, attention/FFN removal", "per layer", "DeciLM block_configs"),
     ))
@@ -53,7 +56,7 @@ _NATIVE_LIMITS = (
 def _native(export: str, fixed: dict[str, str]) -> FamilyEntry:
     """A native MoE format; ``fixed``: axis -> why this family cannot vary it (replaces its row)."""
     limits = tuple((a, "fixed", fixed[a]) if a in fixed else (a, scope, why) for a, scope, why in _NATIVE_LIMITS)
-    return FamilyEntry("native-moe", "autocompress.families.native_moe", f"the parent's own format ({export})", True,
+    return FamilyEntry("native-moe", "families.native_moe", f"the parent's own format ({export})", True,
                        tuple(fixed), ("expert_width",), limits)
 
 
@@ -63,7 +66,7 @@ QWEN2_MOE = _native("Qwen2-MoE", {"hidden": "vLLM's qwen2_moe.py takes head_dim 
 QWEN3_MOE = _native("Qwen3-MoE", {"kv_heads": "merging KV heads is not exact under Qwen3's per-head key norm"})
 
 NEMOTRON_H = FamilyEntry(
-    "nemotron_h", "autocompress.families.nemotron_h", "NemotronH, or NemotronH-Puzzle (block_configs, remote code)",
+    "nemotron_h", "families.nemotron_h", "NemotronH, or NemotronH-Puzzle (block_configs, remote code)",
     False, (), ("mamba", "expert_width"), (
         ("hidden", "global", "one residual width in every format"),
         ("mamba heads", "global (group-aware)", "vLLM's NemotronH shapes every Mamba2 layer and its state cache "

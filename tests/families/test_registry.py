@@ -46,7 +46,7 @@ def test_every_parsed_family_is_built_or_says_why_not():
 def test_every_build_family_module_names_its_row():
     pytest.importorskip("torch")
     for fam, e in BUILD_FAMILIES.items():
-        assert importlib.import_module(e.module).FAMILY.name == e.name, fam
+        assert importlib.import_module(f"autocompress.{e.module}").FAMILY.name == e.name, fam
 
 
 @pytest.fixture
@@ -82,3 +82,14 @@ def test_build_stops_at_the_model_line_before_any_work(capsys, qwen2_spec):
     assert err.startswith(f"{qwen2_spec}:1:7: error: acc build cannot compress qwen2 parents yet")
     assert "mixtral, nemotron-nas, nemotron_h, qwen2_moe, qwen3_moe" in err
     assert sorted(p.name for p in qwen2_spec.parent.iterdir()) == ["config.json", "model.safetensors", "q.acspec"]
+
+
+def test_the_check_path_does_not_follow_the_build_side():
+    """``acc check`` reads the registry but runs no family's torch side: its cache key (the code
+    it runs) must not change when a build module does."""
+    from autocompress.cache import code_modules
+
+    mods = code_modules("autocompress.check")
+    assert "autocompress.families.registry" in mods
+    assert not [m for m in mods if m.startswith(("autocompress.compress.", "autocompress.nn.", "autocompress.families."))
+                and m != "autocompress.families.registry"]
