@@ -17,6 +17,8 @@ the zero-size tensors transformers would write).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autocompress.families import _checkpoint as ck
 from autocompress.ir import MLP, Architecture, MoE
 from autocompress.nn.hybrid import HybridConfig, pn
@@ -145,8 +147,7 @@ def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=No
     from autocompress.export.writer import write_checkpoint
 
     parent: HybridConfig = extras["cfg"]
-    scfg = HybridConfig(arch, parent.eps, parent.rope_theta, parent.attn_bias, parent.qk_norm, parent.router,
-                        parent.shared_gate, native=parent.native)
+    scfg = replace(parent, arch=arch)
     canon = canonical_state(state, scfg)
     plain, experts = names(scfg)
     c = native_config(parent, arch)

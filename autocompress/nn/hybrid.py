@@ -32,6 +32,7 @@ import torch
 
 from autocompress.ir import MLP, Architecture, Attention, Mamba2, MoE
 from autocompress.nn import mamba2, moe
+# the attention math is Llama's (RoPE, causal / windowed SDPA, KV pooling): one implementation
 from autocompress.nn.llama import AttnOption, _rope, _sdpa, pool_kv, rms_norm, rope_tables
 
 
