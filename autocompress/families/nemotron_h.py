@@ -109,8 +109,8 @@ def load(folder):
         tensors.pop("lm_head.weight", None)
     plain, experts = names(cfg)
     counts = {k: cfg.arch.blocks[int(k[1:].split(".")[0])].ffn.experts for k in experts}
-    fused = {k: (v.replace(".{e}.", ".").removesuffix(".weight"), 0, 10**9) for k, v in experts.items()}
-    fused = {k: (n, 0, tensors[n].shape[1]) for k, (n, _, _) in fused.items() if n in tensors}
+    stacked = {k: v.replace(".{e}.", ".").removesuffix(".weight") for k, v in experts.items()}  # experts.up_proj
+    fused = {k: (n, 0, tensors[n].shape[1]) for k, n in stacked.items() if n in tensors}
     return ck.to_canonical(tensors, plain, experts, counts, fused), cfg
 
 
