@@ -37,7 +37,7 @@ class CheckResult:
 
 def _compute(path: str, importance_file: str | None) -> tuple[dict, list[str], list[str]]:
     from autocompress.plan.derive import derive
-    from autocompress.feasibility.assess import assess
+    from autocompress.feasibility.variants import assess_variants
     from autocompress.feasibility.objective import load_importance, prior_importance
     from autocompress.parents.resolve import resolve_parent
     from autocompress.report.feasibility import build_report
@@ -48,6 +48,9 @@ def _compute(path: str, importance_file: str | None) -> tuple[dict, list[str], l
         source = fh.read()
     base = os.path.dirname(os.path.abspath(path))
     parent = resolve_parent(spec.parent, base, spec_path=path, source=source)
+    from autocompress.families.registry import family_warning
+
+    warns = warns + [w for w in (family_warning(spec, parent.architecture.family),) if w is not None]
     derived = derive(spec, parent.architecture, base)
     deps = [path, str(parent.path)]
     if derived.profile.path:
@@ -58,9 +61,9 @@ def _compute(path: str, importance_file: str | None) -> tuple[dict, list[str], l
         importance = load_importance(importance_file, parent.architecture)
         deps.append(importance_file)
         imp_info = {"file": os.path.basename(importance_file), "sha256": cache.sha256_file(importance_file)}
-    feas = assess(spec, parent.architecture, derived.profile, derived.device, derived.space, importance,
-                  derived.limits)
-    report = build_report(spec, path, source, parent, derived, feas, imp_info)
+    swept = assess_variants(spec, parent.architecture, derived.profile, derived.device, derived.space, importance,
+                            derived.limits)
+    report = build_report(spec, path, source, parent, derived, swept.feasibility, imp_info, swept.rows)
     rendered = [w.render(path, source) for w in warns]
     return report, rendered, deps
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 
 def load_exported(folder: Path):
-    """The exported checkpoint through transformers (our DeciLM classes registered in-process)."""
+    """The exported checkpoint through transformers (our DeciLM and NemotronH-Puzzle classes
+    registered in-process; the native formats need no registration)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -44,12 +45,14 @@ def humaneval(model, tokenizer_dir) -> dict | None:
             "mean_logprob_per_problem": s.mean_logprob_per_problem}
 
 
-def evaluate_parent(params, cfg, heldout: dict, tokenizer_dir, settings) -> dict:
+def evaluate_parent(params, cfg, heldout: dict, tokenizer_dir, settings, forward=None) -> dict:
+    """The parent's quality through its family's functional forward (default: ``nn.llama``)."""
     import torch
 
-    from autocompress.nn.llama import forward
     from autocompress.compress.quality import quality_by_kind
 
+    if forward is None:
+        from autocompress.nn.llama import forward
     model = lambda ids: forward(params, cfg, ids)  # noqa: E731
     with torch.no_grad():
         q = _as_dict(quality_by_kind(model, heldout, batch=settings.batch))
@@ -57,12 +60,13 @@ def evaluate_parent(params, cfg, heldout: dict, tokenizer_dir, settings) -> dict
 
 
 def evaluate_build(parent_quality: dict, out: Path, heldout: dict, held_teacher: dict, tokenizer_dir,
-                   settings) -> dict:
+                   settings, load=None) -> dict:
+    """The exported student (loaded by ``load``, default ``load_exported``) against the parent."""
     import torch
 
     from autocompress.compress.quality import quality_by_kind
 
-    student = load_exported(out)
+    student = (load or load_exported)(out)
     with torch.no_grad():
         student_q = _as_dict(quality_by_kind(student, heldout, batch=settings.batch, parent_topk=held_teacher))
         he = humaneval(student, tokenizer_dir)

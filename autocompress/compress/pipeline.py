@@ -47,11 +47,11 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
 
     def search_stage(tmp: Path, partial: Path) -> dict:
         chosen = choose_architecture(p.spec, p.parent.architecture, p.derived, p.importance.path / "importance.json",
-                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress)
+                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress, p.family)
         (tmp / "architecture.json").write_text(json.dumps(chosen, indent=2))
         return {"strategy": strat.strategy}
 
-    key = stage_key("search", ("autocompress.compress.search",), p.spec_key, p.importance.key, p.teacher_key,
+    key = stage_key("search", p.family.code["search"], p.spec_key, p.importance.key, p.teacher_key,
                     *search_key_parts(strat))
     tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
     st = p.timed(f"search{tag}", lambda: run_stage(p.work, f"search-{strat.strategy}", key, search_stage,
@@ -89,6 +89,9 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     spec = load_spec(spec_path)
     base = os.path.dirname(os.path.abspath(spec_path))
     out, b_out = plan_outputs(spec_path, baseline, force)  # before any work
+    from autocompress.lang.api import read_spec_file
+
+    _require_family(spec, spec_path, base, read_spec_file(spec_path))  # before any work: exit 2 at the model line
     work = Path(work_dir) if work_dir else out.parent / f".{out.name}.acc"
     _preflight(spec, base, work, progress, force, no_calibrate)
     p = prepare(spec_path, work, progress)
@@ -97,11 +100,12 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     from autocompress.ir import arch_to_dict
 
     def parent_quality_stage(tmp: Path, partial: Path) -> dict:
-        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings)
+        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings, p.family.forward)
         (tmp / "quality.json").write_text(json.dumps(q))
         return {}
 
-    pkey = stage_key("parent-quality", ("autocompress.compress.evaluate",), p.data_key, str(p.settings.eval_rows))
+    pkey = stage_key("parent-quality", ("autocompress.compress.evaluate", *p.family.code["teacher"][1:]), p.data_key,
+                     str(p.settings.eval_rows))
     pq = p.timed("evaluate (parent)", lambda: run_stage(p.work, "parent-quality", pkey, parent_quality_stage,
                                                         progress.log))
     parent_quality = json.loads((pq.path / "quality.json").read_text())
@@ -113,13 +117,13 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         # teacher outputs), not by the search that chose it: when autocompress's measured choice is
         # the uniform grid's point, both strategies share one distillation
         dkey = stage_key("student", (), p.importance.key, p.teacher_key, json.dumps(arch_to_dict(arch), sort_keys=True))
-        st, llama_globals = p.timed(f"distill{tag}", lambda: _distill(arch, p.permuted, p.cfg, p.teacher, p.data.train,
-                                                                      strat, p.work, dkey, progress))
+        st, extras = p.timed(f"distill{tag}", lambda: _distill(p.family, arch, p.permuted, p.cfg, p.teacher,
+                                                               p.data.train, strat, p.work, dkey, progress))
         p.stages.append(st)
         fmt = p.timed(f"export{tag}", lambda: dist.main_only(lambda: _export(
-            arch, st.path, llama_globals, p.folder, target, spec_path, strat.strategy, progress.log)))
+            p.family, arch, st.path, extras, p.folder, target, spec_path, strat.strategy, progress.log)))
         quality = p.timed(f"evaluate{tag}", lambda: dist.main_only(lambda: evaluate_build(
-            parent_quality, target, p.data.heldout, p.held_teacher, p.folder, strat)))
+            parent_quality, target, p.data.heldout, p.held_teacher, p.folder, strat, p.family.load_exported)))
         return chosen, arch, {**st.summary, "format": fmt}, quality
 
     chosen, arch, result, quality = make(p.settings, out)
@@ -165,15 +169,23 @@ def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate:
                          "to compress (--force compresses anyway)", EXIT_OK)
 
 
-def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, upstream_key: str, progress):
-    """The distill stage: the student extracted from the parent's permuted weights, distilled
-    (checkpoints in the stage's ``.partial`` folder: a killed build resumes from the last one)."""
+def _require_family(spec, spec_path: str, base: str, source: str) -> None:
+    from autocompress.families.registry import require_buildable
+    from autocompress.parents.resolve import resolve_parent
+
+    parent = resolve_parent(spec.parent, base, spec_path=spec_path, source=source)
+    require_buildable(spec, parent.architecture.family, spec_path, source)
+
+
+def _distill(family, arch, permuted, cfg, teacher, train_rows, settings, work: Path, upstream_key: str, progress):
+    """The distill stage: the student extracted from the parent's permuted weights (by its family,
+    ``families.base``), distilled (checkpoints in the stage's ``.partial`` folder: a killed build
+    resumes from the last one)."""
     from safetensors.torch import save_file
 
     from autocompress.compress.distill import DistillConfig
-    from autocompress.compress.extract import extract, student_model
 
-    state, llama_globals = extract(permuted, cfg, arch)
+    state, extras = family.extract(permuted, cfg, arch)
     dcfg = DistillConfig(steps=settings.distill_steps, batch=settings.batch, lr=settings.lr, seed=settings.seed,
                          ckpt_every=max(1, min(20, settings.distill_steps // 3)))
 
@@ -181,7 +193,7 @@ def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, ups
     ranks = f", {dist.world()} process{'es' if dist.world() > 1 else ''} (FSDP2)" if dist.active() else ""
 
     def distill_stage(tmp: Path, partial: Path) -> dict:
-        model = student_model(arch, state, llama_globals)
+        model = family.student(arch, state, extras)
         progress.log(f"[distill] {settings.distill_steps} steps x {settings.batch} x {settings.seq_len} tokens, "
                      f"lr {settings.lr}{ranks}")
         if any(partial.iterdir()):
@@ -191,9 +203,9 @@ def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, ups
             recipe(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress,
                    stop_after=int(crash.split(":")[1]))
             crash_point(crash)
-            model = student_model(arch, state, llama_globals)  # ranks that live on (ACC_CRASH_RANK) start over
+            model = family.student(arch, state, extras)  # ranks that live on (ACC_CRASH_RANK) start over
         res, sd = recipe(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress)
-        if llama_globals.get("tie_word_embeddings", arch.tie_embeddings):
+        if extras.get("tie_word_embeddings", arch.tie_embeddings):
             sd.pop("lm_head.weight", None)
         if dist.is_main():
             save_file(sd, str(tmp / "student.safetensors"))
@@ -203,10 +215,10 @@ def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, ups
         (tmp / "distill.json").write_text(json.dumps({**summary, "losses": res.losses}, indent=1))
         return summary
 
-    code = ("autocompress.compress.distill", "autocompress.compress.distill_dist", "autocompress.compress.extract")
+    code = tuple(family.code["distill"]) + ("autocompress.compress.distill_dist",)
     key = stage_key("distill", code, upstream_key, json.dumps(asdict(dcfg), default=str, sort_keys=True))
     st = run_stage(work, "distill", key, distill_stage, progress.log, collective=True)
-    return st, llama_globals
+    return st, extras
 
 
 def _recipe():
@@ -224,15 +236,14 @@ def _recipe():
     return single
 
 
-def _export(arch, stage: Path, llama_globals: dict, tokenizer_dir, out: Path, spec_path, strategy: str, log) -> str:
-    """Write the distilled student to ``out`` (validated by ``output.plan_output`` at the start:
-    absent, empty, or an earlier autocompress output it may replace). Returns the format."""
+def _export(family, arch, stage: Path, extras: dict, tokenizer_dir, out: Path, spec_path, strategy: str, log) -> str:
+    """Write the distilled student to ``out`` in its family's format (validated by
+    ``output.plan_output`` at the start: absent, empty, or an earlier autocompress output it may
+    replace). Returns the format."""
     from safetensors.torch import load_file
 
-    from autocompress.export.writer import export_architecture, llama_format
-
     trained = load_file(str(stage / "student.safetensors"))
-    export_architecture(out, arch, trained, tokenizer_dir, overwrite=True, spec_path=spec_path, strategy=strategy,
-                        **llama_globals)
-    log(f"[export] {out}")
-    return "llama" if llama_format(arch) else "decilm"
+    fmt = family.export(out, arch, trained, tokenizer_dir, extras, overwrite=True, spec_path=spec_path,
+                        strategy=strategy)
+    log(f"[export] {out} ({fmt})")
+    return fmt

@@ -45,10 +45,14 @@ def workload_dicts(quick: bool = False) -> list[dict]:
 def calibration_sets(parent: Architecture, quick: bool = False) -> tuple[list[Architecture], list[Architecture]]:
     """(calibration, held-out) architectures: the parent first (it is also the reference every
     model is measured against), designed shapes and random variants. Quick: 4 + 2."""
-    from autocompress.measure.synth import designed, variants
+    from autocompress.measure.synth import LLAMA_FAMILIES, designed, variants
 
-    by_name = {a.name: a for a in designed(parent)}
     n_cal, n_held = (1, 1) if quick else (CALIBRATION_ARCHS, HELDOUT_ARCHS)
+    if parent.family not in LLAMA_FAMILIES:  # MoE / hybrid parents: random variants of their own space
+        rand = variants(parent, 4 + 2 if quick else n_cal + n_held)
+        k = 4 if quick else n_cal
+        return rand[:k], rand[k:]
+    by_name = {a.name: a for a in designed(parent)}
     rand = variants(parent, n_cal + n_held)
     cal = [rand[0]] + [by_name[n] for n in CALIBRATION_DESIGNED] + rand[1:n_cal]
     held = [by_name[n] for n in HELDOUT_DESIGNED[: 1 if quick else None]] + rand[n_cal:n_cal + n_held]

@@ -67,6 +67,11 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     kind = "gguf" if model.endswith(".gguf") else ("alias" if "/" not in model and not os.path.isdir(model) else "hf_dir")
     parent = resolve_parent(ParentRef(kind, model), os.getcwd())
     tok = _tokenizer_dir(kind, model, parent)
+    from autocompress.families.registry import engine_gap
+
+    gap = engine_gap(parent.architecture, engine, device.kind)
+    if gap:
+        raise ProfileRunError(f"cannot profile {model} with {engine} on {hardware}: {gap}")
     cal, held = calibration_sets(parent.architecture, quick)
     root = Path(root) if root else Path(cache_root()) / "profiling"
     log(f"[profile] {len(cal)} calibration + {len(held)} held-out models, each measured between two runs of the "

@@ -111,6 +111,11 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     if present and not eng_ok:
         env_note = f"not measured: {eng_why}"
     inter = None
+    from autocompress.families.registry import engine_gap
+
+    gap = engine_gap(archs["model"], spec.target.engine, derived.device.kind)
+    if present and eng_ok and gap:
+        eng_ok, env_note = False, f"not measured: {gap}"
     if measure and present and eng_ok:
         models = _models(out, spec, base, log)
         for name, folder in models.items():

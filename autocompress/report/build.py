@@ -21,11 +21,16 @@ from autocompress.report.heatmap import write_heatmap
 SCHEMA_ID = "autocompress/build-report/v1"
 
 
+def _size(ffn) -> float:
+    """An FFN's size for the heatmap: its width, or a MoE layer's experts x expert width."""
+    return ffn.width if hasattr(ffn, "width") else ffn.experts * ffn.expert_width
+
+
 def _shares(arch, parent) -> list[tuple[float | None, float | None]]:
     out = []
     for b, p in zip(arch.blocks, parent.blocks):
         a = (b.attention.kv_heads / p.attention.kv_heads if b.attention else 0.0) if p.attention else None
-        f = (b.ffn.width / p.ffn.width if b.ffn is not None else 0.0) if p.ffn is not None else None
+        f = (_size(b.ffn) / _size(p.ffn) if b.ffn is not None else 0.0) if p.ffn is not None else None
         out.append((a, f))
     return out
 

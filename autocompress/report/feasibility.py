@@ -50,9 +50,11 @@ def evaluation_dict(ev) -> dict:
     }
 
 
-def build_report(spec, path: str, source: str, parent, derived, feas, importance_file: dict | None = None) -> dict:
+def build_report(spec, path: str, source: str, parent, derived, feas, importance_file: dict | None = None,
+                 variants: tuple = ()) -> dict:
     """The report dict (schema ``specs/feasibility-report.schema.json``). ``importance_file``:
-    ``{"file", "sha256"}`` of the importance file the objective used, None for the prior."""
+    ``{"file", "sha256"}`` of the importance file the objective used, None for the prior.
+    ``variants``: the global sizes swept (``feasibility.variants``), when the parent has any."""
     import hashlib
 
     from autocompress.cost.profile import origin
@@ -90,6 +92,8 @@ def build_report(spec, path: str, source: str, parent, derived, feas, importance
         "serve_with": {"max_num_seqs": derived.limits.max_num_seqs,
                        "max_num_batched_tokens": derived.limits.max_num_batched_tokens} if t.engine == "vllm" else None,
     }
+    if variants:
+        report["variants"] = [{**v, "importance_kept": _r(v["importance_kept"])} for v in variants]
     if feas.start is not None:
         report["start"] = {**evaluation_dict(feas.start.evaluation),
                            "architecture": arch_report(feas.start.evaluation.arch, feas.start.importance)}
@@ -188,6 +192,13 @@ def render_markdown(report: dict) -> str:
         else:
             out += ["", "Uniform baseline: **no uniform architecture meets this contract**; only a heterogeneous "
                         "one does."]
+    if report.get("variants"):
+        out += ["", "### Global sizes (one value for every layer: the export format's)", "",
+                "| Mamba2 heads | expert width | verdict | importance kept | |", "|---|---|---|---|---|"]
+        dash = lambda v: "-" if v is None else f"{v}"  # noqa: E731
+        out += [f"| {dash(v['mamba_heads'])} | {dash(v['expert_width'])} | {v['verdict']} | "
+                f"{'-' if v['importance_kept'] is None else format(v['importance_kept'], '.3f')} | "
+                f"{'chosen' if v['chosen'] else ''} |" for v in report["variants"]]
     floors = report["parent_costs"]["decode_floor_s"]
     out += ["", "### Decode floor (bytes that must move / bandwidth, parent)", ""]
     out += [f"- {w}: {fmt_value('tpot', v)} per decode step" for w, v in floors.items()]
