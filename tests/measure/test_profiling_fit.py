@@ -76,9 +76,12 @@ def test_profile_dict_is_a_valid_measured_profile(base, truth, archs):
     from autocompress.cost.profile import Profile
 
     known = summary(errors(_rows(truth, archs[:2]), truth, TARGET))
+    # acc profile also stores the held-out error of the ratios to the parent (issue 12)
+    known.update({f"ratio.{k}": {"median": 0.04, "p95": 0.09, "samples": 2} for k in ("ttft", "tpot", "e2e", "throughput")})
     doc = profile_dict(truth, "cpu-vllm-test", known, "test", "2026-11-30")
     prof = Profile.from_dict(doc)
     assert prof.source == "measured" and prof.error("e2e").median == pytest.approx(0.0, abs=1e-9)
+    assert prof.error("ratio.tpot").p95 == pytest.approx(0.09)
     assert dict(prof.per_op)["gemm"] == Efficiency(0.55, 0.42)
 
 
