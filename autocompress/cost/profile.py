@@ -101,6 +101,12 @@ class Profile:
             (k, Efficiency(float(v.get("compute", overall.compute)), float(v.get("memory", overall.memory))))
             for k, v in sorted(eff.get("per_op", {}).items())
         )
+        if data["hardware"] != "cpu":  # GPU peaks are spec sheets: no kernel beats them
+            over = [k for k, e in (("overall", overall), *per_op) if e.compute > 1 or e.memory > 1]
+            if over:
+                raise ProfileError(f"invalid calibration profile {path}:\n  at efficiency: {', '.join(over)} above 1 "
+                                   f"of the {data['hardware']} peak (only cpu, whose catalog peaks are placeholders, "
+                                   "may exceed 1)")
         ke = data["known_error"]
         known = None if ke is None else tuple(
             (k, ErrorStat(float(v["median"]), float(v["p95"]), v.get("samples"))) for k, v in sorted(ke.items()))

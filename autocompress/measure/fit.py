@@ -31,6 +31,15 @@ KERNEL_KEYS = ("launch_s", "layer_overhead_s", "sub_block_overhead_s", "step_ove
 # where the multiplicative search starts a constant the base profile leaves at 0
 START = {"sub_block_overhead_s": 1e-4, "serial_fraction": 0.25}
 PULL = 0.003  # weight of the log-distance to the starting profile
+# An efficiency is a share of the device's catalog peak. GPU peaks are spec sheets, so a share
+# stays <= 1. The "cpu" entry's peaks are placeholders for whatever machine runs (95 GFLOP/s
+# fp32); this 2-core host prefills SmolLM2 at ~210 GFLOP/s, and capping at 1 left the fitted
+# TTFT 2-2.6x too slow (docs/decisions.md, 2026-12-01). So on cpu the share may exceed 1.
+CPU_EFFICIENCY_CAP = 8.0
+
+
+def _cap(base) -> float:
+    return CPU_EFFICIENCY_CAP if base.hardware == "cpu" else 1.0
 
 
 # ---- parameter vector <-> profile --------------------------------------------------------------
@@ -48,7 +57,8 @@ def _params(profile) -> dict[str, float]:
 def _profile(base, p: dict[str, float]):
     from autocompress.cost.profile import Efficiency
 
-    per_op = tuple((c, Efficiency(min(1.0, p[f"{c}.compute"]), min(1.0, p[f"{c}.memory"]))) for c in OP_CLASSES)
+    cap = _cap(base)
+    per_op = tuple((c, Efficiency(min(cap, p[f"{c}.compute"]), min(cap, p[f"{c}.memory"]))) for c in OP_CLASSES)
     per_op += tuple((c, e) for c, e in base.per_op if c not in OP_CLASSES)
     kernel = replace(base.kernel, **{k: min(1.0, p[k]) if k == "serial_fraction" else p[k] for k in KERNEL_KEYS})
     return replace(base, per_op=tuple(sorted(per_op)), kernel=kernel)
@@ -117,8 +127,9 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
             cur = p[k]
             for f in (span ** x for x in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0)):
                 v = cur * f
-                if k.endswith((".compute", ".memory", "serial_fraction")) and v > 1.0:
-                    v = 1.0
+                top = 1.0 if k == "serial_fraction" else _cap(base)
+                if k.endswith((".compute", ".memory", "serial_fraction")) and v > top:
+                    v = top
                 if v == p[k]:
                     continue
                 trial = {**p, k: v}
