@@ -98,7 +98,11 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
         doc["machine"] = this_machine(engine).as_dict()
     doc["reference"] = {"model": f"{model} (parent)", "peak_rss_bytes": inter.peak_rss[cal[0].name],
                         "workloads": inter.absolute[cal[0].name]}
-    doc["measurement"] = {"seconds": round(inter.seconds, 1), "runs": len(inter.runs)}
+    # the raw interleaved runs (every model's medians per run, ratios, spreads, busy flags): a later
+    # fit can be checked or redone from the file without another hour of engine time
+    doc["measurement"] = {"seconds": round(inter.seconds, 1), "runs": len(inter.runs),
+                          "calibration": [a.name for a in cal], "heldout": [a.name for a in held],
+                          "interleaved": inter.as_dict()}
     Profile.from_dict(doc, str(out))  # validates against the schema before anything is written
     atomic_write_text(Path(out), json.dumps(doc, indent=2) + "\n")
     for k, v in known.items():
