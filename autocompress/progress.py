@@ -13,7 +13,8 @@ TTY, ``--quiet``, library use), and the default sink drops everything but log li
 never happens in a stage, so the stages stay free of terminal code and tests see plain text.
 
 The ETA is the remaining work at the mean rate so far (the rate of the last items misleads
-when steps vary, e.g. a cached chunk followed by computed ones).
+when steps vary, e.g. a cached chunk followed by computed ones); a step that reports nothing
+while it runs (an engine start) may carry the duration it took last time (``expected_s``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class TaskState:
     skipped: float = 0.0  # items that came from a cache: not counted in the rate
     fields: dict = field(default_factory=dict)
     finished: float | None = None
+    expected_s: float | None = None  # a duration known beforehand (a step that reports nothing while it runs)
 
     @property
     def elapsed_s(self) -> float:
@@ -46,6 +48,8 @@ class TaskState:
 
     @property
     def eta_s(self) -> float | None:
+        if self.rate is None and self.expected_s is not None:
+            return max(0.0, self.expected_s - self.elapsed_s)
         if self.total is None or self.rate is None:
             return None
         return max(0.0, self.total - self.done) / self.rate
@@ -129,6 +133,11 @@ class Task:
         if cached:
             self.state.skipped += n
         self.state.fields.update(fields)
+        self.owner.sink.update(self.state)
+
+    def set_total(self, total: float | None) -> None:
+        """A total learnt (or re-estimated) while the task runs: a chunk count, a round estimate."""
+        self.state.total = total
         self.owner.sink.update(self.state)
 
     def close(self) -> None:

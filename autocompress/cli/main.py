@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
     v.add_argument("--requests", type=int, help="timed requests per workload (default: max(8, 2 x concurrency) on CPU, where "
                    "one request's step time varies ~10%%; max(4, 2 x concurrency) on GPU)")
+    v.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
 
     pr = sub.add_parser("profile", help="measure the engine on this machine and write a calibration profile")
     pr.add_argument("--hardware", required=True, help="catalog name of this machine's device (cpu for the host)")
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--model", default="smollm2-135m", help="parent whose variants are measured (alias, folder, .gguf)")
     pr.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
     pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 7 + 13 (a rough profile)")
+    pr.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
     pr.add_argument("--work", metavar="DIR", help="measurement cache and synthetic models (default: the acc cache); "
                     "bench/costmodel_fidelity.py uses bench/work/profiling")
 
@@ -168,37 +170,44 @@ def _cmd_build(args) -> int:
         sys.stdout.write(f"not verified by measurement: {where if not here else why}; "
                          f"`acc verify {result.output} {args.spec}` writes the predicted report\n")
         return EXIT_OK
-    return _verify(str(result.output), args.spec, None, None, console)
+    return _verify(str(result.output), args.spec, None, None, console, args.quiet)
 
 
-def _verify(out: str, spec: str, threads, requests, console) -> int:
+def _verify(out: str, spec: str, threads, requests, console, quiet: bool) -> int:
+    from autocompress.cli.terminal import build_progress
     from autocompress.measure.verify import VerifyError, run_verify
 
+    progress = build_progress(console, quiet=quiet)
     try:
-        res = run_verify(out, spec, threads=threads, requests=requests,
-                         log=lambda m: console.print(m, markup=False))
+        res = run_verify(out, spec, threads=threads, requests=requests, progress=progress)
     except VerifyError as err:
         sys.stderr.write(f"{err}\n")
         return EXIT_INVALID
+    finally:
+        progress.sink.close()
     sys.stdout.write(open(os.path.join(out, "verify-report.md")).read())
     return res.exit_code
 
 
 def _cmd_verify(args) -> int:
-    return _verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True))
+    return _verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True), args.quiet)
 
 
 def _cmd_profile(args) -> int:
+    from autocompress.cli.terminal import build_progress
     from autocompress.measure.profile import ProfileRunError, run_profile
 
     console = _console(stderr=True)
     out = args.out or f"{args.hardware}-{args.engine}-measured.json"
+    progress = build_progress(console, quiet=args.quiet)
     try:
         run = run_profile(args.hardware, args.engine, out, model=args.model, threads=args.threads, quick=args.quick,
-                          root=args.work, log=lambda m: console.print(m, markup=False))
+                          root=args.work, progress=progress)
     except ProfileRunError as err:
         sys.stderr.write(f"acc profile: {err}\n")
         return EXIT_INVALID
+    finally:
+        progress.sink.close()
     sys.stdout.write(f"wrote {run.path} ({run.calibration} calibration + {run.heldout} held-out models)\n")
     return EXIT_OK
 

@@ -78,7 +78,7 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     from autocompress.ir import arch_to_dict
 
     def parent_quality_stage(tmp: Path, partial: Path) -> dict:
-        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings)
+        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings, progress)
         (tmp / "quality.json").write_text(json.dumps(q))
         return {}
 
@@ -100,7 +100,7 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         fmt = p.timed(f"export{tag}", lambda: _export(arch, st.path, llama_globals, p.folder, target, spec_path,
                                                       strat.strategy, progress.log))
         quality = p.timed(f"evaluate{tag}", lambda: evaluate_build(parent_quality, target, p.data.heldout,
-                                                                   p.held_teacher, p.folder, strat))
+                                                                   p.held_teacher, p.folder, strat, progress))
         return chosen, arch, {**st.summary, "format": fmt}, quality
 
     chosen, arch, result, quality = make(p.settings, out)

@@ -23,16 +23,16 @@ class BuildError(Exception):
         self.exit_code = exit_code
 
 
-def _parent_folder(spec, parent) -> Path:
+def _parent_folder(spec, parent, progress=None) -> Path:
     from autocompress.export.gguf_convert import convert_alias, convert_gguf
 
     if not parent.has_weights:
         raise BuildError(f"{spec.parent.value}: a bare config.json has no weights; `acc build` needs a Hugging Face "
                          "folder, a .gguf file or a built-in alias (use `acc check` for feasibility only)")
     if parent.kind == "alias":
-        return convert_alias(spec.parent.value)
+        return convert_alias(spec.parent.value, progress=progress)
     if parent.kind == "gguf":
-        return convert_gguf(parent.path)
+        return convert_gguf(parent.path, progress=progress)
     return Path(parent.path).parent
 
 
@@ -118,11 +118,11 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
     torch.manual_seed(settings.seed)
 
     t = time.perf_counter()
-    folder = _parent_folder(spec, parent)
+    folder = _parent_folder(spec, parent, progress)
     params, cfg = load_llama(folder)
     timings["parent"] = time.perf_counter() - t
     t = time.perf_counter()
-    data = prepare_data(spec, folder, settings, base)
+    data = prepare_data(spec, folder, settings, base, progress)
     timings["data"] = time.perf_counter() - t
     log(f"[data] {data.description}: {data.documents} documents")
     # stages that do not read the contract (importance, teacher outputs, the parent's quality) are

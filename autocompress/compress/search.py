@@ -138,7 +138,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     search_kl, select_kl = _measures(net, teacher, train_rows, settings)
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
     t_ref = time.perf_counter()
-    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log)
+    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, progress)
     t_ref = time.perf_counter() - t_ref
     arch = ev = None
     for cand in sorted(ref.candidates, key=lambda c: c.kl):  # the exact cost model has the last word

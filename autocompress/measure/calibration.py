@@ -36,7 +36,7 @@ def workload_dicts() -> list[dict]:
 
 
 def measure_arch(arch: Architecture, target, tokenizer_dir, root: Path, threads: int | None = None,
-                 log=print, repeat: int = 0) -> list[dict]:
+                 log=print, repeat: int = 0, progress=None) -> list[dict]:
     """Every calibration workload of ``plan`` on ``arch`` in one fresh engine, configured as the export
     recommends for them (``derive_limits``). Rows ``{"arch", "result", "limits"}`` for ``fit``.
 
@@ -48,4 +48,5 @@ def measure_arch(arch: Architecture, target, tokenizer_dir, root: Path, threads:
 
     limits = derive_limits(arch, target, workloads(), threads=threads)
     return [{"arch": arch, "result": measure(arch, target, workload_dicts(), tokenizer_dir, root, limits,
-                                             threads=threads, log=log, repeat=repeat), "limits": limits}]
+                                             threads=threads, log=log, repeat=repeat, progress=progress),
+             "limits": limits}]

@@ -34,8 +34,11 @@ class ProfileRun:
 
 def run_profile(hardware: str, engine: str, out: str | os.PathLike, model: str = "smollm2-135m",
                 precision: str | None = None, threads: int | None = None, quick: bool = False,
-                root: str | os.PathLike | None = None, log=print) -> ProfileRun:
+                root: str | os.PathLike | None = None, log=print, progress=None) -> ProfileRun:
+    """``progress`` (an ``autocompress.progress.Progress``; else ``log`` gets the log lines): one task
+    over the models, and per model the engine start and each workload (``measure.events``)."""
     from autocompress.cache import atomic_write_text, cache_root
+    from autocompress.progress import as_progress
     from autocompress.measure.presence import engine_available, hardware_present
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import Profile, load_profile
@@ -46,6 +49,8 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike, model: str =
     from autocompress.measure.synth import variants
     from autocompress.lang.model import ParentRef, Target
 
+    progress = as_progress(progress if progress is not None else log)
+    log = progress.log
     try:
         device = resolve_device(hardware)
     except KeyError as exc:
@@ -65,20 +70,22 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike, model: str =
     if kind == "alias":
         from autocompress.export.gguf_convert import convert_alias
 
-        tok = convert_alias(model)
+        tok = convert_alias(model, progress=progress)
     elif kind == "gguf":
         from autocompress.export.gguf_convert import convert_gguf
 
-        tok = convert_gguf(parent.path)
+        tok = convert_gguf(parent.path, progress=progress)
     else:
         tok = Path(parent.path).parent
     n_cal, n_held = (4, 4) if quick else (CALIBRATION_ARCHS, HELDOUT_ARCHS)
     archs = variants(parent.architecture, n_cal + n_held)
     root = Path(root) if root else Path(cache_root()) / "profiling"
     rows = []
-    for i, arch in enumerate(archs):
-        rows.append(measure_arch(arch, target, tok, root, threads=threads, log=log))
-        log(f"[profile] {i + 1}/{len(archs)} {arch.name} ({arch.params() / 1e6:.1f}M params) measured")
+    with progress.task("profile", total=len(archs), unit="model") as bar:
+        for i, arch in enumerate(archs):
+            rows.append(measure_arch(arch, target, tok, root, threads=threads, log=log, progress=progress))
+            log(f"[profile] {i + 1}/{len(archs)} {arch.name} ({arch.params() / 1e6:.1f}M params) measured")
+            bar.advance()
     from autocompress.cost.profile import PROFILE_DIR
 
     base = load_profile(PROFILE_DIR / f"{device.kind}-{engine}-default.json", device, engine)  # the fit's start

@@ -58,7 +58,9 @@ def _margin(op: str, bound: float, value: float) -> float:
 
 
 def run_verify(out_dir: str, spec_path: str, threads: int | None = None, requests: int | None = None,
-               log=print, measure: bool = True) -> VerifyResult:
+               log=print, measure: bool = True, progress=None) -> VerifyResult:
+    """``progress`` (an ``autocompress.progress.Progress``; else ``log`` gets the log lines): the engine
+    start and each workload's requests, with rate and ETA (``measure.events``)."""
     from autocompress.cache import atomic_write_text
     from autocompress.plan.derive import derive
     from autocompress.measure.engines.base import derive_limits
@@ -68,7 +70,10 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     from autocompress.measure.runner import run_worker, workload_dict
     from autocompress.lang.api import load_spec
     from autocompress.lang.model import ParentRef
+    from autocompress.progress import as_progress
 
+    progress = as_progress(progress if progress is not None else log)
+    log = progress.log
     out = Path(out_dir)
     if not (out / "config.json").is_file():
         raise VerifyError(f"{out}: no exported model here (config.json missing); run `acc build` first")
@@ -95,7 +100,8 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
         log(f"[verify] running {len(wls)} workload(s) in {spec.target.engine} on {where} "
             f"(threads {threads or os.cpu_count()}; load average {os.getloadavg()[0]:.2f})")
         t = time.perf_counter()
-        measured = run_worker(out, spec.target, wls, limits, out.parent / f".{out.name}.acc" / "verify", threads)
+        measured = run_worker(out, spec.target, wls, limits, out.parent / f".{out.name}.acc" / "verify", threads,
+                              progress=progress, label="verify")
         measured["seconds"] = round(time.perf_counter() - t, 1)
         measured["limits"] = limits.__dict__
     by_wl = {m["workload"]: m for m in (measured or {}).get("measurements", [])}

@@ -52,6 +52,19 @@ class RunSettings:
         return self.requests if self.requests is not None else max(4, 2 * concurrency)
 
 
+class Ticker:
+    """Counts an engine run's units (generate calls or requests, warm-up included) for progress:
+    ``tick(done, total)`` after each; a no-op without ``tick``."""
+
+    def __init__(self, tick, total: int):
+        self.tick, self.total, self.done = tick, total, 0
+
+    def __call__(self, n: int = 1) -> None:
+        self.done += n
+        if self.tick:
+            self.tick(self.done, self.total)
+
+
 @dataclass(frozen=True)
 class Sample:
     """One request (serve) or one iteration of the whole batch (batch)."""
@@ -112,7 +125,8 @@ class Engine(Protocol):
 
     def load(self, model_dir, target, limits: EngineLimits) -> "Engine": ...
 
-    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings()) -> Measurement: ...
+    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings(), tick=None) -> Measurement:
+        """``tick(done, total)``: called after each generate call or request, warm-up included."""
 
     def close(self) -> None: ...
 

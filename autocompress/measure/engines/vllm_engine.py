@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from autocompress.catalog.precisions import PRECISIONS
-from autocompress.measure.engines.base import (EngineLimits, Measurement, Memory, RunSettings, Sample, checkpoint_weight_bytes, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
+from autocompress.measure.engines.base import (EngineLimits, Measurement, Memory, RunSettings, Sample, Ticker, checkpoint_weight_bytes, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 
@@ -188,7 +188,7 @@ class VLLMEngine:
                                  use_tqdm=False)
         return [list(o.outputs[0].token_ids) for o in outs]
 
-    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings()) -> Measurement:
+    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings(), tick=None) -> Measurement:
         import numpy as np
 
         assert self.llm is not None, "load() first"
@@ -197,13 +197,18 @@ class VLLMEngine:
         prefix = shared_prefix(rng, workload, self.vocab)
         if self.limits.prefix_caching:
             self.llm.reset_prefix_cache()
-        run = self._batch if workload.mode == "batch" else self._serve
-        samples, elapsed, warm, method = run(workload, rng, prefix, settings)
+        if workload.mode == "batch":  # a TTFT and an E2E generate per iteration
+            ticker = Ticker(tick, 2 * (settings.warmup + settings.iterations))
+            samples, elapsed, warm, method = self._batch(workload, rng, prefix, settings, ticker)
+        else:
+            c = workload.concurrency
+            ticker = Ticker(tick, settings.warmup * c + settings.serve_requests(c))
+            samples, elapsed, warm, method = self._serve(workload, rng, prefix, settings, ticker)
         return summarize(engine=self.name, versions=self.versions, device=self.device, workload=workload,
                          samples=samples, elapsed_s=elapsed, warmup=warm, memory=self._memory(), method=method,
                          settings=self.settings)
 
-    def _batch(self, w, rng, prefix, s: RunSettings):
+    def _batch(self, w, rng, prefix, s: RunSettings, ticker):
         b, n_in, n_out = w.concurrency, w.input_tokens, w.output_tokens
 
         def timed(max_tokens: int) -> tuple[float, list]:
@@ -211,7 +216,9 @@ class VLLMEngine:
             t0 = time.perf_counter()
             outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], self._params(max_tokens),
                                      use_tqdm=False)
-            return time.perf_counter() - t0, outs
+            dt = time.perf_counter() - t0
+            ticker()
+            return dt, outs
 
         for _ in range(s.warmup):
             timed(1)
@@ -228,7 +235,7 @@ class VLLMEngine:
                   "max_tokens=1 generate of another batch of the same shape; TPOT = (E2E - TTFT)/(out - 1)")
         return samples, elapsed, s.warmup, method
 
-    def _serve(self, w, rng, prefix, s: RunSettings):
+    def _serve(self, w, rng, prefix, s: RunSettings, ticker):
         engine = self.llm.llm_engine
         c, n_in, n_out = w.concurrency, w.input_tokens, w.output_tokens
         params = self._params(n_out, delta=True)
@@ -263,6 +270,7 @@ class VLLMEngine:
                         eng_ttft = getattr(m, "first_token_latency", None) or None
                         done.append(Sample(first[o.request_id] - arrive[o.request_id], now - arrive[o.request_id],
                                            got[o.request_id], n_in, o.num_cached_tokens, eng_ttft))
+                        ticker()
                         if next_id < total:
                             add()
             self.last_outputs = [tokens[r] for r in sorted(tokens, key=lambda r: int(r.rsplit("-", 1)[1]))]
