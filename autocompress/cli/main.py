@@ -32,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("spec", help="path of the .acspec file")
     c.add_argument("--format", choices=("text", "md", "json"), default="text",
                    help="text: terminal summary (default); md: Markdown for a PR comment; json: machine-readable")
-    c.add_argument("--out", metavar="FILE", help="write the md/json report to FILE (atomically) instead of stdout")
+    c.add_argument("--out", metavar="FILE", help="write the md/json report to FILE (atomically) instead of stdout; "
+                   "with --format md, its charts too (FILE-architecture.png, FILE-costs.png, beside it)")
     c.add_argument("--no-cache", action="store_true", help="recompute even if an identical check is cached")
     c.add_argument("--importance", metavar="FILE", help="use this importance file (acc build writes one in its "
                    "importance stage) instead of the prior; the report names it and its sha256")
@@ -104,7 +105,16 @@ def _cmd_check(args) -> int:
         fmt = "md" if args.format == "text" else args.format
         from autocompress.report.feasibility import render_json, render_markdown
 
-        text = render_markdown(result.report) if fmt == "md" else render_json(result.report)
+        plots = None
+        if fmt == "md" and args.out:  # the charts land beside the report, linked relatively
+            from pathlib import Path
+
+            from autocompress.report.plot_data import check_plots
+            from autocompress.report.plots import write_plots
+
+            out = Path(args.out)
+            plots = write_plots(out.parent, check_plots(result.report), prefix=f"{out.stem}-")
+        text = render_markdown(result.report, plots) if fmt == "md" else render_json(result.report)
         if args.out:
             from autocompress.cache import atomic_write_text
 

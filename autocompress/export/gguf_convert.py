@@ -41,11 +41,14 @@ def _tensor_progress(progress):
     stage shows an ETA without a second progress renderer. Without that global (another
     transformers version) the conversion runs unreported."""
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
 
     original = getattr(gguf_utils, "tqdm", None)
     if progress is None or original is None:
         yield
         return
+    bars = hf_logging.is_progress_bar_enabled()  # transformers' own bars (loading, saving) would interleave
+    hf_logging.disable_progress_bar()
 
     def reported(items, desc=None, **kw):
         items = list(items)
@@ -59,6 +62,8 @@ def _tensor_progress(progress):
         yield
     finally:
         gguf_utils.tqdm = original
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = None, progress=None) -> Path:
@@ -82,23 +87,23 @@ def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = 
         raise FileExistsError(f"refusing to convert into {out}: {why}")
     with atomic_dir(out, replace=True) as tmp:
         folder, name = str(gguf_path.parent), gguf_path.name
-        with _tensor_progress(progress):
+        with _tensor_progress(progress):  # the whole conversion: transformers' own bars stay off
             loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-        # The loaded model keeps a GGUF "quantizer" that refuses save_pretrained (and its
-        # quantization_config would make vLLM expect GGUF weights): rebuild a plain model from the
-        # config without it and move the de-quantised tensors over.
-        config_dict = loaded.config.to_dict()
-        config_dict.pop("quantization_config", None)
-        config = type(loaded.config).from_dict(config_dict)
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
-        if unexpected or set(missing) - {"lm_head.weight"}:
-            raise RuntimeError(f"GGUF conversion: missing {missing}, unexpected {unexpected}")
-        plain.tie_weights()
-        del loaded
-        plain.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(tmp)
-        del plain
+            # The loaded model keeps a GGUF "quantizer" that refuses save_pretrained (and its
+            # quantization_config would make vLLM expect GGUF weights): rebuild a plain model from the
+            # config without it and move the de-quantised tensors over.
+            config_dict = loaded.config.to_dict()
+            config_dict.pop("quantization_config", None)
+            config = type(loaded.config).from_dict(config_dict)
+            plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
+            if unexpected or set(missing) - {"lm_head.weight"}:
+                raise RuntimeError(f"GGUF conversion: missing {missing}, unexpected {unexpected}")
+            plain.tie_weights()
+            del loaded
+            plain.save_pretrained(tmp)
+            AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(tmp)
+            del plain
         atomic_write_json(tmp / MANIFEST, manifest_dict(out, None, "gguf-convert"))
     return out
 

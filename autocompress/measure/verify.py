@@ -135,5 +135,9 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
 
     atomic_write_text(out / "verify-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     atomic_write_text(out / "verify-report.md", render_verify_markdown(report))
+    from autocompress.export.card import update_measured
+
+    if measured and update_measured(out, report):  # the model card's measured column
+        log(f"[verify] measured costs written to {out.name}/README.md and config.json")
     judged = [r["pass"] if measured else r["predicted_ok"] for r in rows]
     return VerifyResult(report, 0 if all(judged) else 1)
