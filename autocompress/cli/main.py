@@ -69,6 +69,15 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--work", metavar="DIR", help="measurement cache and synthetic models (default: the acc cache); "
                     "bench/costmodel_fidelity.py uses bench/work/profiling")
 
+    d = sub.add_parser("diff", help="what a spec change did: two contracts' verdicts, bounds, costs and starting "
+                       "architectures side by side (no weights loaded)")
+    d.add_argument("specs", nargs="+", metavar="SPEC", help="OLD.acspec NEW.acspec, or NEW.acspec with --base")
+    d.add_argument("--base", metavar="REV", help="compare NEW.acspec with the same file at this git revision "
+                   "(read with git cat-file; nothing in it is executed)")
+    d.add_argument("--format", choices=("md", "json"), default="md",
+                   help="md: Markdown for a PR comment (default); json: specs/spec-diff.schema.json")
+    d.add_argument("--out", metavar="FILE", help="write the diff to FILE (atomically) instead of stdout")
+
     f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
     f.add_argument("spec")
     g = f.add_mutually_exclusive_group()
@@ -222,8 +231,36 @@ def _cmd_profile(args) -> int:
     return EXIT_OK
 
 
+def _cmd_diff(args) -> int:
+    from autocompress.diff import DiffError, run_diff
+    from autocompress.report.diff import render_diff_json, render_diff_markdown
+
+    want = 1 if args.base else 2
+    if len(args.specs) != want:
+        sys.stderr.write("acc diff: give OLD.acspec NEW.acspec, or --base REV NEW.acspec\n")
+        return EXIT_INVALID
+    old, new = (None, args.specs[0]) if args.base else args.specs
+    try:
+        res = run_diff(old, new, args.base)
+    except DiffError as err:
+        sys.stderr.write(f"acc diff: {err}\n")
+        return EXIT_INVALID
+    for s in (res.diff["old"], res.diff["new"]):
+        for line in s["errors"]:
+            sys.stderr.write(line + "\n")
+    text = render_diff_markdown(res.diff) if args.format == "md" else render_diff_json(res.diff)
+    if args.out:
+        from autocompress.cache import atomic_write_text
+
+        atomic_write_text(args.out, text)
+        sys.stderr.write(f"wrote {args.out}\n")
+    else:
+        sys.stdout.write(text)
+    return res.exit_code
+
+
 COMMANDS = {"check": _cmd_check, "build": _cmd_build, "fmt": _cmd_fmt, "verify": _cmd_verify,
-            "profile": _cmd_profile}
+            "profile": _cmd_profile, "diff": _cmd_diff}
 
 
 def main(argv: list[str] | None = None) -> int:
