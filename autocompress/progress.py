@@ -88,12 +88,23 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
+def rate_text(task: TaskState) -> str:
+    """``3.4 s/step``, ``112 s/chunk`` or ``125 tensor/s`` ("" before any work)."""
+    r = task.rate
+    if not r:
+        return ""
+    if r >= 1:
+        return f"{r:,.3g} {task.unit}/s"
+    per = 1 / r
+    return f"{per:.2g} s/{task.unit}" if per < 10 else f"{per:,.0f} s/{task.unit}"
+
+
 def describe(task: TaskState) -> str:
     """``[distill] 12/60 step  3.4 s/step  ETA 2m43s  loss 3.4102``: one line of a task's state."""
     count = f"{task.done:g}/{task.total:g}" if task.total is not None else f"{task.done:g}"
     parts = [f"[{task.name}] {count} {task.unit}".rstrip()]
     if task.rate:
-        parts.append(f"{1 / task.rate:.2g} s/{task.unit}" if task.rate < 1 else f"{task.rate:,.3g} {task.unit}/s")
+        parts.append(rate_text(task))
     if task.finished is None and task.total is not None:
         parts.append(f"ETA {duration(task.eta_s)}")
     else:

@@ -36,6 +36,8 @@ def test_eta_is_remaining_work_at_the_mean_rate():
     t.started = time.perf_counter() - 8.0
     assert abs(t.eta_s - 12.0) < 0.1
     assert "ETA 12s" in describe(t) and "2 s/step" in describe(t)
+    t.done = 0.05  # 160 s per step: whole seconds, not 1.6e+02
+    assert "160 s/step" in describe(t)
 
 
 def test_expected_duration_gives_an_eta_before_any_work():
