@@ -139,7 +139,10 @@ class Task:
     def __init__(self, owner: "Progress", state: TaskState):
         self.owner, self.state = owner, state
 
-    def advance(self, n: float = 1, cached: bool = False, **fields) -> None:
+    def advance(self, n: float = 1, cached: bool = False, total: float | None = None, **fields) -> None:
+        """``n`` more items done; ``total``: a re-estimated total, reported in the same event."""
+        if total is not None:
+            self.state.total = total
         self.state.done += n
         if cached:
             self.state.skipped += n

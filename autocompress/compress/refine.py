@@ -115,13 +115,15 @@ def up_moves(tables: list[CostTables], s: State) -> list[Move]:
             + [("f", l, c + 1) for l, c in enumerate(cf) if c + 1 < len(o.ffn[l])])
 
 
-def rounds_left(v: float, cfg: RefineConfig) -> int:
-    """Greedy rounds still to come at violation ``v`` if each round removes its target share
-    (``max(share * v, min_share)``) and the fill runs all its rounds: the progress estimate. Moves
-    are discrete, so a round may remove more or less; the estimate is redone after every round."""
+def rounds_left(v: float, cfg: RefineConfig, share: float | None = None) -> int:
+    """Greedy rounds still to come at violation ``v`` if each round removes ``max(share * v,
+    min_share)`` and the fill runs all its rounds: the progress estimate. ``share``: the share the
+    rounds so far removed (``max_moves`` caps a round below ``cfg.share`` on long models), else
+    ``cfg.share``; the estimate is redone after every round."""
+    share = cfg.share if share is None else min(cfg.share, max(share, 0.05))
     n = 0
     while v > 1e-9 and n < 10_000:
-        v -= max(cfg.share * v, cfg.min_share)
+        v -= max(share * v, cfg.min_share)
         n += 1
     return n + cfg.fill_rounds
 
@@ -139,7 +141,7 @@ def _greedy(tables, h, measure, cfg, log, bar) -> tuple[State | None, int]:
     s = full_state(tables, h)
     q, evals = measure(s), 1
     v = violation(costs(tables, s))
-    rnd, stale = 0, {}
+    rnd, stale, v0 = 0, {}, v
     bar.set_total(rounds_left(v, cfg))
     while v > 1e-9:
         moves = [m for m in down_moves(tables, s, cfg) if violation(costs(tables, apply(s, [m]))) < v - 1e-12]
@@ -177,8 +179,8 @@ def _greedy(tables, h, measure, cfg, log, bar) -> tuple[State | None, int]:
         v = violation(costs(tables, s))
         rnd += 1
         log(f"[refine] hidden {tables[h].d} round {rnd}: {len(picked)} moves, KL {q:.3f}, violation {v:.3f}")
-        bar.set_total(rnd + rounds_left(v, cfg))
-        bar.advance(KL=f"{q:.3f}", violation=f"{v:.3f}", forwards=evals)
+        observed = 1 - (v / v0) ** (1 / rnd) if v0 > 0 else None  # mean share removed per round
+        bar.advance(total=rnd + rounds_left(v, cfg, observed), KL=f"{q:.3f}", violation=f"{v:.3f}", forwards=evals)
     for fill in range(cfg.fill_rounds):  # spend what the last round's overshoot left
         bar.set_total(rnd + cfg.fill_rounds - fill)
         moves = [m for m in up_moves(tables, s) if violation(costs(tables, apply(s, [m]))) <= 1e-9]
