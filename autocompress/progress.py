@@ -125,6 +125,8 @@ class LineSink(LogOnly):
         self._last[id(task)] = time.perf_counter()
 
     def update(self, task: TaskState) -> None:
+        if task.total is not None and task.done >= task.total:
+            return  # the task's last line comes with ``finish``
         now = time.perf_counter()
         if now - self._last.get(id(task), 0.0) >= self.every_s:
             self._last[id(task)] = now

@@ -74,6 +74,10 @@ def test_line_sink_prints_rate_and_eta_at_most_every_interval_and_at_the_end():
     with p.task("distill", total=2, unit="step") as bar:
         bar.advance(loss="1.0")
     assert "ETA" in lines[0] and "loss 1.0" in lines[0]
+    lines.clear()
+    with p.task("removal", total=2, unit="block") as bar:
+        bar.advance(2)  # the last item: one line, from finish, not an "ETA 0s" line before it
+    assert len(lines) == 1 and "in " in lines[0] and "ETA" not in lines[0], lines
 
 
 def test_worker_events_become_tasks_with_totals(tmp_path, monkeypatch):
