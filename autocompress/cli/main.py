@@ -6,6 +6,7 @@ Exit codes (documented in the README):
   2  invalid input: a spec, profile, output folder or command-line error, rendered with file:line:col
   3  internal error: a bug in autocompress; the message asks to report it
   4  no architecture was found, but infeasibility is not proved (``acc check``, ``acc build``)
+  5  a distributed ``acc build`` lost a process (killed, or stopped answering): rerunning resumes
 
 Imports are deliberately lazy: ``acc check`` must answer in well under two seconds, so rich,
 cvxpy and the stages are imported inside the commands that use them, and torch never is.
@@ -18,7 +19,7 @@ import os
 import sys
 
 from autocompress import __version__
-from autocompress.diagnostics import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, ImportanceFileError, SpecError
+from autocompress.diagnostics import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_PEER, ImportanceFileError, SpecError
 
 BUG_HINT = "this is a bug in autocompress {v}; please report it with the spec and this message"
 
@@ -43,25 +44,34 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--work", metavar="DIR", help="stage cache folder (default: next to the output, .<output>.acc)")
     b.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
     b.add_argument("--force", action="store_true", help="replace an earlier autocompress output of another spec "
-                   "(a folder autocompress did not write is never replaced)")
+                   "(a folder autocompress did not write is never replaced), and compress even when the parent "
+                   "already meets the contract as measured")
+    b.add_argument("--no-calibrate", action="store_true", help="hardware cpu: do not calibrate this machine first "
+                   "when it has no profile (predictions then come from another machine's)")
     b.add_argument("--baseline", choices=("uniform",), help="also build the uniform (Minitron-style) model at the "
                    "same budget into <output>-uniform and compare them in the report")
 
     b.add_argument("--no-verify", action="store_true", help="skip `acc verify` at the end (it runs when the target "
                    "hardware is this machine and the engine is installed)")
+    b.add_argument("--nproc", type=_positive, metavar="N", help="run the build in N processes on this machine "
+                   "(torchrun's agent: data parallel, FSDP2 distillation); several machines: torchrun or srun, "
+                   "see docs/scale-out.md")
 
     v = sub.add_parser("verify", help="run the contract's workloads on an exported model and judge every bound")
     v.add_argument("out", help="the exported model folder (acc build's output)")
     v.add_argument("spec", help="the .acspec contract")
     v.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
-    v.add_argument("--requests", type=int, help="timed requests per workload (default: max(8, 2 x concurrency) on CPU, where "
-                   "one request's step time varies ~10%%; max(4, 2 x concurrency) on GPU)")
+    v.add_argument("--requests", type=int, help="minimum timed requests per workload (default: max(8, 2 x concurrency) on "
+                   "CPU, max(4, 2 x concurrency) on GPU); sampling goes on until each metric's SE is below 2%%")
+    v.add_argument("--passes", type=int, default=1, help="repeat the interleaved schedule (parent, model, parent, "
+                   "baseline, parent) this many times; the ratios are averaged and their spread reported")
     v.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
 
     pr = sub.add_parser("profile", help="measure the engine on this machine and write a calibration profile")
     pr.add_argument("--hardware", required=True, help="catalog name of this machine's device (cpu for the host)")
     pr.add_argument("--engine", required=True, choices=("vllm", "transformers"))
-    pr.add_argument("--out", metavar="FILE", help="profile file to write (default: <hardware>-<engine>-measured.json)")
+    pr.add_argument("--out", metavar="FILE", help="profile file to write (default: for cpu, this machine's profile in the "
+                    "acc cache, which acc check and acc build then use; else <hardware>-<engine>-measured.json)")
     pr.add_argument("--model", default="smollm2-135m", help="parent whose variants are measured (alias, folder, .gguf)")
     pr.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
     pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 7 + 13 (a rough profile)")
@@ -84,6 +94,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true", help="exit 1 if the file is not in canonical form")
     g.add_argument("--write", action="store_true", help="rewrite the file in place (atomically)")
     return p
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"allowed: a whole number >= 1, got {text}")
+    return n
 
 
 def _console(stderr: bool = False):
@@ -156,28 +173,85 @@ def _cmd_fmt(args) -> int:
 
 
 def _cmd_build(args) -> int:
+    if "OMP_WAIT_POLICY" not in os.environ:
+        # OpenMP threads that spin at every barrier lose ~10x on a host shared with other work (a
+        # HellaSwag forward took 5.4 s instead of 0.47 s here); the build's own math waits passively.
+        # Engine measurements keep the engine's default (``measure.runner.run_worker`` drops it).
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.environ["ACC_SET_OMP_WAIT_POLICY"] = "1"
     try:
         import torch  # noqa: F401
     except ImportError:
         sys.stderr.write("acc build needs torch and transformers: install them with scripts/install-full.sh\n")
         return EXIT_INVALID
+    from autocompress.compress import dist
+
+    if args.nproc and dist.launched():
+        sys.stderr.write("acc build: --nproc starts its own processes; under torchrun or srun leave it out\n")
+        return EXIT_INVALID
+    if args.nproc:
+        from autocompress.cli.launch import launch_build
+        from autocompress.compress.pipeline import plan_outputs
+
+        code = launch_build(args)
+        if code != EXIT_OK or args.no_verify:
+            return code
+        return _verify_build(args, plan_outputs(args.spec, args.baseline, args.force)[0], _console(stderr=True))
+    if not dist.launched():
+        return _build(args)
+    dist.init()
+    try:
+        return _build(args)
+    except Exception as err:
+        if not _peer_lost(err):
+            raise
+        sys.stderr.write(f"rank {dist.rank()}: another process of this build failed or stopped answering "
+                         f"({type(err).__name__}: {str(err)[:200]}); rerun the same command: it resumes\n")
+        return EXIT_PEER
+    finally:
+        dist.shutdown()
+
+
+def _peer_lost(err: Exception) -> bool:
+    """Is ``err`` a collective that failed because another rank died or hung (not a bug here)?"""
+    import torch.distributed as d
+
+    text = str(err)
+    return isinstance(err, d.DistError) or (isinstance(err, RuntimeError) and any(
+        s in text for s in ("Connection closed by peer", "Connection reset by peer", "Timed out waiting", "NCCL")))
+
+
+def _build(args) -> int:
     from autocompress.cli.terminal import build_progress, print_stage_times
+    from autocompress.compress import dist
     from autocompress.compress.pipeline import run_build
     from autocompress.compress.prepare import BuildError
+    from autocompress.progress import Progress
 
     console = _console(stderr=True)
-    progress = build_progress(console, quiet=args.quiet)
+    # under a launcher rank 0 speaks for the build; the others report nothing but their own errors
+    progress = build_progress(console, quiet=args.quiet) if dist.is_main() else Progress()
     try:
-        result = run_build(args.spec, args.work, progress=progress, baseline=args.baseline, force=args.force)
+        result = run_build(args.spec, args.work, progress=progress, baseline=args.baseline, force=args.force,
+                           no_calibrate=args.no_calibrate)
     except BuildError as err:
-        sys.stderr.write(f"{args.spec}: {err}\n")
+        if dist.is_main():
+            (sys.stdout if err.exit_code == EXIT_OK else sys.stderr).write(f"{args.spec}: {err}\n")
         return err.exit_code
     finally:
-        progress.sink.close()
+        if hasattr(progress.sink, "close"):
+            progress.sink.close()
+    if not dist.is_main():
+        return EXIT_OK
     print_stage_times(console, result.report["timings_s"], result.report["total_s"])
     sys.stdout.write(f"built {result.output}\n")
     if args.no_verify:
         return EXIT_OK
+    return _verify_build(args, result.output, console)
+
+
+def _verify_build(args, output, console) -> int:
+    """``acc verify`` after a build when the target is this machine and its engine is installed."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.lang.api import load_spec
     from autocompress.measure.presence import engine_available, hardware_present
@@ -187,76 +261,29 @@ def _cmd_build(args) -> int:
     eng, why = engine_available(spec.target.engine)
     if not (here and eng):
         sys.stdout.write(f"not verified by measurement: {where if not here else why}; "
-                         f"`acc verify {result.output} {args.spec}` writes the predicted report\n")
+                         f"`acc verify {output} {args.spec}` writes the predicted report\n")
         return EXIT_OK
-    return _verify(str(result.output), args.spec, None, None, console, args.quiet)
+    from autocompress.cli.commands import verify
 
-
-def _verify(out: str, spec: str, threads, requests, console, quiet: bool) -> int:
-    from autocompress.cli.terminal import build_progress
-    from autocompress.measure.verify import VerifyError, run_verify
-
-    progress = build_progress(console, quiet=quiet)
-    try:
-        res = run_verify(out, spec, threads=threads, requests=requests, progress=progress)
-    except VerifyError as err:
-        sys.stderr.write(f"{err}\n")
-        return EXIT_INVALID
-    finally:
-        progress.sink.close()
-    sys.stdout.write(open(os.path.join(out, "verify-report.md")).read())
-    return res.exit_code
+    return verify(str(output), args.spec, None, None, console, quiet=args.quiet)
 
 
 def _cmd_verify(args) -> int:
-    return _verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True), args.quiet)
+    from autocompress.cli.commands import verify
+
+    return verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True), args.passes, args.quiet)
 
 
 def _cmd_profile(args) -> int:
-    from autocompress.cli.terminal import build_progress
-    from autocompress.measure.profile import ProfileRunError, run_profile
+    from autocompress.cli.commands import profile
 
-    console = _console(stderr=True)
-    out = args.out or f"{args.hardware}-{args.engine}-measured.json"
-    progress = build_progress(console, quiet=args.quiet)
-    try:
-        run = run_profile(args.hardware, args.engine, out, model=args.model, threads=args.threads, quick=args.quick,
-                          root=args.work, progress=progress)
-    except ProfileRunError as err:
-        sys.stderr.write(f"acc profile: {err}\n")
-        return EXIT_INVALID
-    finally:
-        progress.sink.close()
-    sys.stdout.write(f"wrote {run.path} ({run.calibration} calibration + {run.heldout} held-out models)\n")
-    return EXIT_OK
+    return profile(args, _console(stderr=True))
 
 
 def _cmd_diff(args) -> int:
-    from autocompress.diff import DiffError, run_diff
-    from autocompress.report.diff import render_diff_json, render_diff_markdown
+    from autocompress.cli.commands import diff
 
-    want = 1 if args.base else 2
-    if len(args.specs) != want:
-        sys.stderr.write("acc diff: give OLD.acspec NEW.acspec, or --base REV NEW.acspec\n")
-        return EXIT_INVALID
-    old, new = (None, args.specs[0]) if args.base else args.specs
-    try:
-        res = run_diff(old, new, args.base)
-    except DiffError as err:
-        sys.stderr.write(f"acc diff: {err}\n")
-        return EXIT_INVALID
-    for s in (res.diff["old"], res.diff["new"]):
-        for line in s["errors"]:
-            sys.stderr.write(line + "\n")
-    text = render_diff_markdown(res.diff) if args.format == "md" else render_diff_json(res.diff)
-    if args.out:
-        from autocompress.cache import atomic_write_text
-
-        atomic_write_text(args.out, text)
-        sys.stderr.write(f"wrote {args.out}\n")
-    else:
-        sys.stdout.write(text)
-    return res.exit_code
+    return diff(args)
 
 
 COMMANDS = {"check": _cmd_check, "build": _cmd_build, "fmt": _cmd_fmt, "verify": _cmd_verify,

@@ -238,17 +238,22 @@ def _save(ckpt_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, re
 _RESUMABLE_CHANGES = frozenset({"ckpt_every", "keep_ckpts"})
 
 
+def check_resumable(ckpt: Path, saved: dict, cfg: DistillConfig) -> None:
+    """Refuse a checkpoint written under another configuration (other than ``_RESUMABLE_CHANGES``)."""
+    now = json.loads(json.dumps(asdict(cfg)))
+    changed = sorted(k for k in now if k not in _RESUMABLE_CHANGES and saved.get(k) != now[k])
+    if changed:  # resuming would silently follow another schedule / data order
+        diff = ", ".join(f"{k}: checkpoint {saved.get(k)!r}, now {now[k]!r}" for k in changed)
+        raise ValueError(f"{ckpt}: cannot resume with a different configuration ({diff}); use a new ckpt_dir")
+
+
 def _load(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, result: DistillResult, cfg: DistillConfig) -> None:
     from safetensors.torch import load_file, load_model
 
     state = json.loads((ckpt / "state.json").read_text())
     if state.get("version") != CKPT_VERSION:
         raise ValueError(f"{ckpt}: checkpoint version, allowed {CKPT_VERSION}, got {state.get('version')}")
-    saved, now = state["config"], json.loads(json.dumps(asdict(cfg)))
-    changed = sorted(k for k in now if k not in _RESUMABLE_CHANGES and saved.get(k) != now[k])
-    if changed:  # resuming would silently follow another schedule / data order
-        diff = ", ".join(f"{k}: checkpoint {saved.get(k)!r}, now {now[k]!r}" for k in changed)
-        raise ValueError(f"{ckpt}: cannot resume with a different configuration ({diff}); use a new ckpt_dir")
+    check_resumable(ckpt, state["config"], cfg)
     load_model(model, str(ckpt / "model.safetensors"))
     tensors = load_file(ckpt / "optimizer.safetensors")
     per_param: dict[int, dict[str, torch.Tensor]] = {}

@@ -16,7 +16,8 @@ from autocompress.progress import Progress
 
 
 def load_exported(folder: Path):
-    """The exported checkpoint through transformers (our DeciLM classes registered in-process)."""
+    """The exported checkpoint through transformers (our DeciLM and NemotronH-Puzzle classes
+    registered in-process; the native formats need no registration)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -60,10 +61,13 @@ def humaneval(model, tokenizer_dir, progress: Progress | None = None, name: str 
             "mean_logprob_per_problem": s.mean_logprob_per_problem}
 
 
-def evaluate_parent(params, cfg, heldout_rows: dict, tokenizer_dir, settings, progress: Progress | None = None) -> dict:
+def evaluate_parent(params, cfg, heldout_rows: dict, tokenizer_dir, settings, forward=None,
+                    progress: Progress | None = None) -> dict:
+    """The parent's quality through its family's functional forward (default: ``nn.llama``)."""
     import torch
 
-    from autocompress.nn.llama import forward
+    if forward is None:
+        from autocompress.nn.llama import forward
 
     progress = progress or Progress()
     model = lambda ids: forward(params, cfg, ids)  # noqa: E731
@@ -73,11 +77,12 @@ def evaluate_parent(params, cfg, heldout_rows: dict, tokenizer_dir, settings, pr
 
 
 def evaluate_build(parent_quality: dict, out: Path, heldout_rows: dict, held_teacher: dict, tokenizer_dir,
-                   settings, progress: Progress | None = None) -> dict:
+                   settings, load=None, progress: Progress | None = None) -> dict:
+    """The exported student (loaded by ``load``, default ``load_exported``) against the parent."""
     import torch
 
     progress = progress or Progress()
-    student = load_exported(out)
+    student = (load or load_exported)(out)
     with torch.no_grad():
         student_q = heldout(student, heldout_rows, settings, progress, f"evaluate ({settings.strategy})", held_teacher)
         he = humaneval(student, tokenizer_dir, progress, f"evaluate ({settings.strategy})")

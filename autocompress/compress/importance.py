@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from autocompress.compress import dist
 from autocompress.feasibility.objective import SEGMENTS
 from autocompress.nn.llama import LlamaConfig, forward
 
@@ -122,19 +123,34 @@ class _Accumulator:
         cos = torch.nn.functional.cosine_similarity(before.double(), after.double(), dim=-1)
         return float((1.0 - cos).sum())
 
-    def __call__(self, event: str, layer: int, *t: torch.Tensor) -> None:
+    def reduce(self, event: str, *t: torch.Tensor) -> torch.Tensor | float | None:
+        """One tap event's contribution to the sums (float64), before it is added."""
+        if event == "norm" or event == "ffn_act":
+            return t[0].abs().double().sum(dim=(0, 1))
+        if event == "heads":
+            return t[0].double().norm(dim=-1).sum(dim=(0, 1))
+        if event in ("attn", "ffn", "block"):
+            return self._influence(*t)
+        return None
+
+    def add(self, event: str, layer: int, c) -> None:
         if event == "norm":
-            self.hidden += t[0].abs().double().sum(dim=(0, 1))
+            self.hidden += c
         elif event == "ffn_act":
-            self.ffn[layer] += t[0].abs().double().sum(dim=(0, 1))
+            self.ffn[layer] += c
         elif event == "heads":
-            self.heads[layer] += t[0].double().norm(dim=-1).sum(dim=(0, 1))
+            self.heads[layer] += c
         elif event == "attn":
-            self.attn[layer] += self._influence(*t)
+            self.attn[layer] += c
         elif event == "ffn":
-            self.ffn_bi[layer] += self._influence(*t)
+            self.ffn_bi[layer] += c
         elif event == "block":
-            self.block[layer] += self._influence(*t)
+            self.block[layer] += c
+
+    def __call__(self, event: str, layer: int, *t: torch.Tensor) -> None:
+        c = self.reduce(event, *t)
+        if c is not None:
+            self.add(event, layer, c)
 
     def stats(self) -> ImportanceStats:
         n = max(self.tokens, 1)
@@ -156,6 +172,9 @@ def collect_importance(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, bat
     means over all tokens of all batches, so batches may differ in shape.
     """
     acc = _Accumulator(cfg)
+    if dist.active():
+        _collect_shared(params, cfg, list(batches), acc, progress)
+        return acc.stats()
     for i, ids in enumerate(batches):
         forward(params, cfg, ids, tap=acc, return_hidden=True)  # logits are not needed
         acc.tokens += ids.numel()
@@ -164,6 +183,39 @@ def collect_importance(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, bat
     if acc.tokens == 0:
         raise ValueError("no calibration tokens")
     return acc.stats()
+
+
+def _collect_shared(params, cfg: LlamaConfig, batches: list[torch.Tensor], acc: _Accumulator, progress) -> None:
+    """``collect_importance`` under a launcher: each rank records the contributions of its share of
+    the batches, every rank gathers all of them and adds them in the single-process order (an
+    all-reduce of per-rank sums would add in another order and change the last bits)."""
+    def recorder(out: list):
+        def tap(event, layer, *t):
+            c = acc.reduce(event, *t)
+            if c is not None:
+                out.append((event, layer, torch.as_tensor(c, dtype=torch.float64).reshape(-1)))
+        return tap
+
+    probe: list = []  # the layout from a one-token forward: a rank with no batch knows it too
+    forward(params, cfg, batches[0][:1, :1], tap=recorder(probe), return_hidden=True)
+    layout = [(e, l, len(c)) for e, l, c in probe]  # (event, layer, length) of one batch's contributions
+    mine = []
+    for i in dist.share(len(batches)):
+        rec: list = []
+        forward(params, cfg, batches[i], tap=recorder(rec), return_hidden=True)
+        mine.append(torch.cat([c for _, _, c in rec]))
+        if progress:
+            progress(i)
+    width = sum(n for _, _, n in layout)
+    rows = dist.gather_rows(torch.stack(mine) if mine else torch.zeros(0, width, dtype=torch.float64), len(batches))
+    if progress:  # the other ranks' batches are done too
+        for i in sorted(set(range(len(batches))) - set(dist.share(len(batches)))):
+            progress(i)
+    for row, ids in zip(rows, batches):
+        parts = row.split([n for _, _, n in layout])
+        for (event, layer, n), c in zip(layout, parts):
+            acc.add(event, layer, c if event in ("norm", "ffn_act", "heads") else float(c))
+        acc.tokens += ids.numel()
 
 
 @torch.no_grad()
@@ -183,14 +235,23 @@ def ablation_influence(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, bat
     tokens = sum(ids.numel() for ids in batches)
     todo = [(0, l) for l in range(L) if cfg.kv_heads[l] is not None] + \
            [(1, l) for l in range(L) if cfg.ffn_widths[l] is not None]
-    for n, (kind, l) in enumerate(todo):
+    done = [0]
+
+    def removal_kl(item) -> float:  # summed over batches in order, as out[kind, l] += ... did
+        kind, l = item
         without = tuple(None if i == l else v for i, v in enumerate(cfg.ffn_widths if kind else cfg.kv_heads))
         ablated = replace(cfg, **{"ffn_widths" if kind else "kv_heads": without})
+        total = torch.zeros((), dtype=torch.float64)
         for ids, lp in zip(batches, ref):
             lq = log_softmax(forward(params, ablated, ids).float(), dim=-1)
-            out[kind, l] += float((lp.exp() * (lp - lq)).sum())
+            total += float((lp.exp() * (lp - lq)).sum())
+        done[0] += 1
         if progress:
-            progress(n + 1, len(todo))
+            progress(done[0], len(dist.share(len(todo))))
+        return float(total)
+
+    for (kind, l), v in zip(todo, dist.map_shared(removal_kl, todo)):  # sub-blocks split over the ranks
+        out[kind, l] = v
     out /= max(tokens, 1)
     return out[0].float(), out[1].float()
 

@@ -10,6 +10,11 @@ or an unrelated edit skips what is done and resumes distillation from its last c
 a change to a stage's code or settings re-runs that stage and everything downstream.
 Orchestration only: the tensor math lives in the stage modules (``data``, ``importance``,
 ``permute``, ``teacher``, ``search``, ``extract``, ``distill``, ``evaluate``).
+
+Under ``torchrun`` / ``srun`` / ``acc build --nproc N`` (``compress.dist``) every rank runs this
+recipe: importance, teacher outputs, the search's measured forwards and distillation (FSDP2,
+``distill_dist``) are split over the ranks; rank 0 alone writes stage folders, the export, the
+evaluation and the report, and the others wait for it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from autocompress.compress import dist
 from autocompress.compress.output import plan_output
 from autocompress.compress.prepare import Prepared, prepare
 from autocompress.compress.settings import BuildSettings
@@ -41,48 +47,65 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
 
     def search_stage(tmp: Path, partial: Path) -> dict:
         chosen = choose_architecture(p.spec, p.parent.architecture, p.derived, p.importance.path / "importance.json",
-                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress)
+                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress, p.family)
         (tmp / "architecture.json").write_text(json.dumps(chosen, indent=2))
         return {"strategy": strat.strategy}
 
-    key = stage_key("search", ("autocompress.compress.search",), p.spec_key, p.importance.key, p.teacher_key,
+    key = stage_key("search", p.family.code["search"], p.spec_key, p.importance.key, p.teacher_key,
                     *search_key_parts(strat))
     tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
     st = p.timed(f"search{tag}", lambda: run_stage(p.work, f"search-{strat.strategy}", key, search_stage,
-                                                   p.progress.log))
+                                                   p.progress.log, collective=True))
     chosen = json.loads((st.path / "architecture.json").read_text())
     return chosen, arch_from_dict(chosen["architecture"], p.parent.architecture)
 
 
+def plan_outputs(spec_path: str, baseline: str | None = None, force: bool = False) -> tuple[Path, Path | None]:
+    """The output folders a build may write (``output.plan_output``; a ``SpecError`` at the
+    ``output`` line otherwise): the spec's, and ``<output>-<baseline>``."""
+    from autocompress.lang.api import load_spec, read_spec_file
+
+    spec = load_spec(spec_path)
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(spec_path)), spec.output or f"out/{Path(spec_path).stem}")
+    source = read_spec_file(spec_path)
+    out = plan_output(spec, spec_path, out_dir, force, source).folder
+    return out, plan_output(spec, spec_path, f"{out}-{baseline}", force, source).folder if baseline else None
+
+
 def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | None = None,
-              baseline: str | None = None, force: bool = False) -> BuildResult:
+              baseline: str | None = None, force: bool = False, no_calibrate: bool = False) -> BuildResult:
     """Run every stage of ``acc build`` for ``spec_path`` (see the module docstring).
 
     ``baseline="uniform"``: also build the Minitron-style uniform model at the same budget (same
     importance, teacher outputs, bounds and distillation budget) into ``<output>-uniform`` and put
     its quality in the report, so any user can A/B the two strategies. ``force``: replace an
-    earlier autocompress output of another spec."""
-    from autocompress.lang.api import load_spec, read_spec_file
+    earlier autocompress output of another spec, and compress even when the parent already meets
+    the contract as measured (``preflight``). ``no_calibrate``: no calibration of this machine
+    first, when it has no profile yet."""
+    from autocompress.lang.api import load_spec
 
     progress = as_progress(progress)
     t_start = time.perf_counter()
     spec = load_spec(spec_path)
     base = os.path.dirname(os.path.abspath(spec_path))
-    out_dir = os.path.join(base, spec.output or f"out/{Path(spec_path).stem}")
-    source = read_spec_file(spec_path)
-    out = plan_output(spec, spec_path, out_dir, force, source).folder  # before any work
-    b_out = plan_output(spec, spec_path, f"{out}-{baseline}", force, source).folder if baseline else None
-    p = prepare(spec_path, Path(work_dir) if work_dir else out.parent / f".{out.name}.acc", progress)
+    out, b_out = plan_outputs(spec_path, baseline, force)  # before any work
+    from autocompress.lang.api import read_spec_file
+
+    _require_family(spec, spec_path, base, read_spec_file(spec_path))  # before any work: exit 2 at the model line
+    work = Path(work_dir) if work_dir else out.parent / f".{out.name}.acc"
+    _preflight(spec, base, work, progress, force, no_calibrate)
+    p = prepare(spec_path, work, progress)
 
     from autocompress.compress.evaluate import evaluate_build, evaluate_parent
     from autocompress.ir import arch_to_dict
 
     def parent_quality_stage(tmp: Path, partial: Path) -> dict:
-        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings, progress)
+        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings, p.family.forward, progress)
         (tmp / "quality.json").write_text(json.dumps(q))
         return {}
 
-    pkey = stage_key("parent-quality", ("autocompress.compress.evaluate",), p.data_key, str(p.settings.eval_rows))
+    pkey = stage_key("parent-quality", ("autocompress.compress.evaluate", *p.family.code["teacher"][1:]), p.data_key,
+                     str(p.settings.eval_rows))
     pq = p.timed("evaluate (parent)", lambda: run_stage(p.work, "parent-quality", pkey, parent_quality_stage,
                                                         progress.log))
     parent_quality = json.loads((pq.path / "quality.json").read_text())
@@ -94,13 +117,14 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         # teacher outputs), not by the search that chose it: when autocompress's measured choice is
         # the uniform grid's point, both strategies share one distillation
         dkey = stage_key("student", (), p.importance.key, p.teacher_key, json.dumps(arch_to_dict(arch), sort_keys=True))
-        st, llama_globals = p.timed(f"distill{tag}", lambda: _distill(arch, p.permuted, p.cfg, p.teacher, p.data.train,
-                                                                      strat, p.work, dkey, progress))
+        st, extras = p.timed(f"distill{tag}", lambda: _distill(p.family, arch, p.permuted, p.cfg, p.teacher,
+                                                               p.data.train, strat, p.work, dkey, progress))
         p.stages.append(st)
-        fmt = p.timed(f"export{tag}", lambda: _export(arch, st.path, llama_globals, p.folder, target, spec_path,
-                                                      strat.strategy, progress.log))
-        quality = p.timed(f"evaluate{tag}", lambda: evaluate_build(parent_quality, target, p.data.heldout,
-                                                                   p.held_teacher, p.folder, strat, progress))
+        fmt = p.timed(f"export{tag}", lambda: dist.main_only(lambda: _export(
+            p.family, arch, st.path, extras, p.folder, target, spec_path, strat.strategy, progress.log)))
+        quality = p.timed(f"evaluate{tag}", lambda: dist.main_only(lambda: evaluate_build(
+            parent_quality, target, p.data.heldout, p.held_teacher, p.folder, strat, p.family.load_exported,
+            progress)))
         return chosen, arch, {**st.summary, "format": fmt}, quality
 
     chosen, arch, result, quality = make(p.settings, out)
@@ -116,60 +140,112 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
                        "quality": b_quality, "distill": b_result, "predicted": b_pred}
     from autocompress.report.build import write_build_report
 
-    report = write_build_report(out, spec, spec_path, p.check.report, chosen, arch, p.parent, p.derived, p.settings,
-                                quality, result, p.timings, time.perf_counter() - t_start, base_report)
-    return BuildResult(out, report, tuple(p.stages))
+    report = dist.main_only(lambda: write_build_report(
+        out, spec, spec_path, p.check.report, chosen, arch, p.parent, p.derived, p.settings, quality, result,
+        p.timings, time.perf_counter() - t_start, base_report))
+    return BuildResult(out, report, tuple(p.stages))  # report: None on ranks other than 0
 
 
-def _distill(arch, permuted, cfg, teacher, train_rows, settings, work: Path, upstream_key: str, progress):
-    """The distill stage: the student extracted from the parent's permuted weights, distilled
-    (checkpoints in the stage's ``.partial`` folder: a killed build resumes from the last one)."""
+def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate: bool) -> None:
+    """Host CPU: this machine's profile first, then the parent against the contract (``preflight``)."""
+    from autocompress.compress import preflight
+    from autocompress.compress.prepare import BuildError, _parent_folder
+    from autocompress.diagnostics import EXIT_OK
+    from autocompress.parents.resolve import resolve_parent
+
+    if not preflight.applies(spec):
+        return
+
+    def on_main() -> bool:  # calibration and engine runs: one process, the others wait for its answer
+        preflight.calibrate_if_needed(spec, base, no_calibrate, progress)
+        parent = resolve_parent(spec.parent, base)
+        if not parent.has_weights:
+            return False  # prepare() says why a bare config cannot be built
+        folder = _parent_folder(spec, parent, progress)
+        check = preflight.measure_parent(spec, parent.architecture, folder, work, progress)
+        for line in check.lines():
+            progress.log(line)
+        return check.meets
+    if dist.from_main(bool(dist.main_only(on_main))) and not force:
+        raise BuildError("the parent already meets every bound of the contract, as measured on this machine: nothing "
+                         "to compress (--force compresses anyway)", EXIT_OK)
+
+
+def _require_family(spec, spec_path: str, base: str, source: str) -> None:
+    from autocompress.families.registry import require_buildable
+    from autocompress.parents.resolve import resolve_parent
+
+    parent = resolve_parent(spec.parent, base, spec_path=spec_path, source=source)
+    require_buildable(spec, parent.architecture.family, spec_path, source)
+
+
+def _distill(family, arch, permuted, cfg, teacher, train_rows, settings, work: Path, upstream_key: str, progress):
+    """The distill stage: the student extracted from the parent's permuted weights (by its family,
+    ``families.base``), distilled (checkpoints in the stage's ``.partial`` folder: a killed build
+    resumes from the last one)."""
     from safetensors.torch import save_file
 
-    from autocompress.compress.distill import DistillConfig, distill
-    from autocompress.compress.extract import extract, student_model
+    from autocompress.compress.distill import DistillConfig
 
-    state, llama_globals = extract(permuted, cfg, arch)
+    state, extras = family.extract(permuted, cfg, arch)
     dcfg = DistillConfig(steps=settings.distill_steps, batch=settings.batch, lr=settings.lr, seed=settings.seed,
                          ckpt_every=max(1, min(20, settings.distill_steps // 3)))
 
+    recipe = _recipe()
+    ranks = f", {dist.world()} process{'es' if dist.world() > 1 else ''} (FSDP2)" if dist.active() else ""
+
     def distill_stage(tmp: Path, partial: Path) -> dict:
-        model = student_model(arch, state, llama_globals)
+        model = family.student(arch, state, extras)
         progress.log(f"[distill] {settings.distill_steps} steps x {settings.batch} x {settings.seq_len} tokens, "
-                     f"lr {settings.lr}")
+                     f"lr {settings.lr}{ranks}")
         if any(partial.iterdir()):
             progress.log(f"[distill] resuming from the last checkpoint in {partial.name}")
         crash = os.environ.get("ACC_CRASH_AT", "")
         if crash.startswith("distill:"):  # fault injection (stages.crash_point): die after checkpoint N
-            distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress,
-                    stop_after=int(crash.split(":")[1]))
+            recipe(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress,
+                   stop_after=int(crash.split(":")[1]))
             crash_point(crash)
-        res = distill(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress)
-        sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-        if llama_globals.get("tie_word_embeddings", arch.tie_embeddings):
+            model = family.student(arch, state, extras)  # ranks that live on (ACC_CRASH_RANK) start over
+        res, sd = recipe(model, teacher, train_rows, dcfg, ckpt_dir=partial, progress=progress)
+        if extras.get("tie_word_embeddings", arch.tie_embeddings):
             sd.pop("lm_head.weight", None)
-        save_file(sd, str(tmp / "student.safetensors"))
+        if dist.is_main():
+            save_file(sd, str(tmp / "student.safetensors"))
         summary = {"steps": res.steps, "tokens": res.tokens, "seconds": round(res.seconds, 1),
                    "first_loss": res.losses[0] if res.losses else None,
                    "last_loss": res.losses[-1] if res.losses else None, "resumed_from": res.resumed_from}
         (tmp / "distill.json").write_text(json.dumps({**summary, "losses": res.losses}, indent=1))
         return summary
 
-    code = ("autocompress.compress.distill", "autocompress.compress.extract")
+    code = tuple(family.code["distill"]) + ("autocompress.compress.distill_dist",)
     key = stage_key("distill", code, upstream_key, json.dumps(asdict(dcfg), default=str, sort_keys=True))
-    st = run_stage(work, "distill", key, distill_stage, progress.log)
-    return st, llama_globals
+    st = run_stage(work, "distill", key, distill_stage, progress.log, collective=True)
+    return st, extras
 
 
-def _export(arch, stage: Path, llama_globals: dict, tokenizer_dir, out: Path, spec_path, strategy: str, log) -> str:
-    """Write the distilled student to ``out`` (validated by ``output.plan_output`` at the start:
-    absent, empty, or an earlier autocompress output it may replace). Returns the format."""
+def _recipe():
+    """``(model, teacher, rows, cfg, **kw) -> (result, full state dict)``: the single-process recipe,
+    or under a launcher the FSDP2 one (``distill_dist``; the state dict on rank 0 only)."""
+    if dist.active():
+        from autocompress.compress.distill_dist import distill_sharded
+
+        return distill_sharded
+    from autocompress.compress.distill import distill
+
+    def single(model, *args, **kw):
+        res = distill(model, *args, **kw)
+        return res, {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    return single
+
+
+def _export(family, arch, stage: Path, extras: dict, tokenizer_dir, out: Path, spec_path, strategy: str, log) -> str:
+    """Write the distilled student to ``out`` in its family's format (validated by
+    ``output.plan_output`` at the start: absent, empty, or an earlier autocompress output it may
+    replace). Returns the format."""
     from safetensors.torch import load_file
 
-    from autocompress.export.writer import export_architecture, llama_format
-
     trained = load_file(str(stage / "student.safetensors"))
-    export_architecture(out, arch, trained, tokenizer_dir, overwrite=True, spec_path=spec_path, strategy=strategy,
-                        **llama_globals)
-    log(f"[export] {out}")
-    return "llama" if llama_format(arch) else "decilm"
+    fmt = family.export(out, arch, trained, tokenizer_dir, extras, overwrite=True, spec_path=spec_path,
+                        strategy=strategy)
+    log(f"[export] {out} ({fmt})")
+    return fmt

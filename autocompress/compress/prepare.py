@@ -1,6 +1,9 @@
 """The stages every strategy of one build shares: check, parent, data, importance (+ permutation),
 teacher outputs (``prepare`` -> ``Prepared``). ``pipeline.run_build`` runs them once, then the
 per-strategy stages; benchmarks use ``Prepared`` to run the search alone.
+
+Under a launcher (``compress.dist``) rank 0 fills the caches first (check, parent, tokens) and
+the others read them; importance and teacher outputs are split over the ranks.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autocompress.compress import dist
 from autocompress.compress.settings import BuildSettings, derive_build
 from autocompress.compress.stages import StageResult, run_stage, stage_key
 from autocompress.progress import Progress, as_progress
@@ -24,19 +28,15 @@ class BuildError(Exception):
 
 
 def _parent_folder(spec, parent, progress=None) -> Path:
-    from autocompress.export.gguf_convert import convert_alias, convert_gguf
+    from autocompress.export.gguf_convert import weights_folder
 
     if not parent.has_weights:
         raise BuildError(f"{spec.parent.value}: a bare config.json has no weights; `acc build` needs a Hugging Face "
                          "folder, a .gguf file or a built-in alias (use `acc check` for feasibility only)")
-    if parent.kind == "alias":
-        return convert_alias(spec.parent.value, progress=progress)
-    if parent.kind == "gguf":
-        return convert_gguf(parent.path, progress=progress)
-    return Path(parent.path).parent
+    return weights_folder(spec.parent.value, parent, progress)
 
 
-def _check_verdict(check) -> None:
+def check_verdict(check) -> None:
     from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_NOT_FOUND
 
     verdict = check.report["verdict"]
@@ -61,7 +61,7 @@ class Prepared:
     settings: BuildSettings
     folder: Path  # the parent's safetensors folder (and tokenizer)
     params: dict
-    cfg: object  # nn.llama.LlamaConfig
+    cfg: object  # the family's config (nn.llama.LlamaConfig, nn.hybrid.HybridConfig)
     data: object  # data.BuildData
     importance: StageResult
     permuted: dict
@@ -75,6 +75,7 @@ class Prepared:
     check: object
     timings: dict = field(default_factory=dict)
     stages: list = field(default_factory=list)
+    family: object = None  # families.base.BuildFamily: every family-specific call goes through it
 
     def timed(self, name: str, fn):
         t = time.perf_counter()
@@ -92,12 +93,9 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
 
     from autocompress.check import run_check
     from autocompress.compress.data import prepare_data
-    from autocompress.compress.importance import measure_importance
-    from autocompress.compress.permute import permute
     from autocompress.compress.teacher import cache_teacher
+    from autocompress.families.base import family_of
     from autocompress.lang.api import load_spec
-    from autocompress.nn.llama import forward as llama_forward
-    from autocompress.nn.llama import load_llama
     from autocompress.parents.resolve import resolve_parent
     from autocompress.plan.derive import derive
 
@@ -107,22 +105,30 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
     base = os.path.dirname(os.path.abspath(spec_path))
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    check = run_check(spec_path)  # the contract must be feasible before any weight is loaded
+    check = dist.main_first(lambda: run_check(spec_path))  # feasible before any weight is loaded
     timings["check"] = time.perf_counter() - t
-    _check_verdict(check)
+    check_verdict(check)
     parent = resolve_parent(spec.parent, base)
     derived = derive(spec, parent.architecture, base)
     settings = derive_build(spec)
+    if settings.batch < dist.world():
+        raise BuildError(f"distill batch {settings.batch} is smaller than the {dist.world()} processes: each needs at "
+                         "least one row per step (raise `batch` in the spec's distill block, or use fewer processes)")
     for name, value, why in derived.rows + settings.rows:
         log(f"  {name:<28} {value:<24} {why}")
     torch.manual_seed(settings.seed)
 
     t = time.perf_counter()
-    folder = _parent_folder(spec, parent, progress)
-    params, cfg = load_llama(folder)
+    family = family_of(parent.architecture.family)  # the per-family seam (``families.base``)
+    folder = dist.main_first(lambda: _parent_folder(spec, parent, progress))
+    try:
+        params, cfg = family.load(folder)
+    except NotImplementedError as e:  # a config feature the family's forward lacks (RoPE scaling, biases...)
+        raise BuildError(f"{spec.parent.value}: acc build cannot compress this {parent.architecture.family} parent: "
+                         f"{e}") from None
     timings["parent"] = time.perf_counter() - t
     t = time.perf_counter()
-    data = prepare_data(spec, folder, settings, base, progress)
+    data = dist.main_first(lambda: prepare_data(spec, folder, settings, base, progress))
     timings["data"] = time.perf_counter() - t
     log(f"[data] {data.description}: {data.documents} documents")
     # stages that do not read the contract (importance, teacher outputs, the parent's quality) are
@@ -133,21 +139,22 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
                          Path(derived.profile.path).read_bytes() if derived.profile.path else b"")
 
     def importance_stage(tmp: Path, partial: Path) -> dict:
-        stats = measure_importance(params, cfg, data.calibration, settings.batch, settings.ablation_rows, progress)
-        stats.to_json(tmp / "importance.json")
-        permuted, _ = permute(params, cfg, stats)
-        save_file({k: v.contiguous() for k, v in permuted.items()}, str(tmp / "permuted.safetensors"))
+        stats = family.importance(params, cfg, data.calibration, settings.batch, settings.ablation_rows, progress)
+        if dist.is_main():  # under a launcher every rank measured its share; rank 0 writes
+            stats.to_json(tmp / "importance.json")
+            permuted, _ = family.permute(params, cfg, stats)
+            save_file({k: v.contiguous() for k, v in permuted.items()}, str(tmp / "permuted.safetensors"))
         return {"calibration_tokens": int(data.calibration[:, :-1].numel())}
 
-    ikey = stage_key("importance", ("autocompress.compress.importance", "autocompress.compress.permute"), data_key,
+    ikey = stage_key("importance", family.code["importance"], data_key,
                      str(settings.calib_rows), str(settings.batch), str(settings.ablation_rows))
     t = time.perf_counter()
-    imp = run_stage(work, "importance", ikey, importance_stage, log)
+    imp = run_stage(work, "importance", ikey, importance_stage, log, collective=True)
     timings["importance"] = time.perf_counter() - t
     permuted = load_file(str(imp.path / "permuted.safetensors"))
 
-    teacher_fn = lambda ids: llama_forward(params, cfg, ids)  # noqa: E731
-    code = ("autocompress.compress.teacher", "autocompress.nn.llama")
+    teacher_fn = lambda ids: family.forward(params, cfg, ids)  # noqa: E731
+    code = family.code["teacher"]
     tkey = stage_key("teacher", code, data_key, str(settings.topk), str(settings.teacher_rows), str(settings.batch))
     t = time.perf_counter()
     with progress.task(f"teacher top-{settings.topk} ({len(data.train)} rows)", unit="chunk") as bar:
@@ -162,4 +169,4 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
             for k, v in data.heldout.items()}
     timings["teacher"] = time.perf_counter() - t
     return Prepared(spec, spec_path, base, parent, derived, settings, folder, params, cfg, data, imp, permuted,
-                    teacher, held, tkey, spec_key, data_key, work, progress, check, timings, [imp])
+                    teacher, held, tkey, spec_key, data_key, work, progress, check, timings, [imp], family)

@@ -35,6 +35,13 @@ from autocompress.progress import Progress
 State = tuple  # (hidden index, attention option per layer, FFN option per layer)
 Move = tuple  # (kind "a" | "f", layer, new option index)
 Measure = Callable[[State, "Move | None"], float]
+# ``map_fn(fn, items) == [fn(x) for x in items]``: how independent measurements are run; under a
+# launcher ``compress.dist.map_shared`` splits them over the ranks (every rank gets every value)
+MapFn = Callable[[Callable, list], list]
+
+
+def serial(fn: Callable, items: list) -> list:
+    return [fn(x) for x in items]
 
 
 def of_states(kl: Callable[[State], float]) -> Measure:
@@ -129,15 +136,16 @@ def rounds_left(v: float, cfg: RefineConfig, share: float | None = None) -> int:
 
 
 def greedy(tables: list[CostTables], h: int, measure: Measure, cfg: RefineConfig,
-           log: Callable[[str], None] = lambda m: None, progress: Progress | None = None) -> tuple[State | None, int]:
+           log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial,
+           progress: Progress | None = None) -> tuple[State | None, int]:
     """Iterative measured pruning from the parent at hidden index ``h``, then a measured fill.
     Returns (a state the tables call feasible, or None within the budget; forwards spent).
     ``progress``: one task per run, in rounds (the total re-estimated each round, ``rounds_left``)."""
     with (progress or Progress()).task(f"refine hidden {tables[h].d}", unit="round") as bar:
-        return _greedy(tables, h, measure, cfg, log, bar)
+        return _greedy(tables, h, measure, cfg, log, bar, map_fn)
 
 
-def _greedy(tables, h, measure, cfg, log, bar) -> tuple[State | None, int]:
+def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial) -> tuple[State | None, int]:
     s = full_state(tables, h)
     q, evals = measure(s), 1
     v = violation(costs(tables, s))
@@ -154,8 +162,8 @@ def _greedy(tables, h, measure, cfg, log, bar) -> tuple[State | None, int]:
             log(f"[refine] hidden {tables[h].d}: greedy stopped with violation {v:.3f} ({evals} forwards)")
             return None, evals
         fresh = set(new)
-        for m in new:
-            stale[m] = measure(s, m) - q
+        for m, kl in zip(new, map_fn(lambda m: measure(s, m), new)):
+            stale[m] = kl - q
         evals += len(new)
         picked, removed, used = [], 0.0, set()
         pool, target = list(moves), max(cfg.share * v, cfg.min_share)  # a list: ties break by order
@@ -186,7 +194,7 @@ def _greedy(tables, h, measure, cfg, log, bar) -> tuple[State | None, int]:
         moves = [m for m in up_moves(tables, s) if violation(costs(tables, apply(s, [m]))) <= 1e-9]
         if not moves or evals + len(moves) > cfg.max_evals + 64:
             break
-        best = min(((measure(s, m), m) for m in moves), key=lambda x: x[0])
+        best = min(zip(map_fn(lambda m: measure(s, m), moves), moves), key=lambda x: x[0])
         evals += len(moves)
         if best[0] >= q:
             break
@@ -199,28 +207,33 @@ def _greedy(tables, h, measure, cfg, log, bar) -> tuple[State | None, int]:
 
 def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure,
            select_kl: Callable[[State], float], cfg: RefineConfig = RefineConfig(),
-           log: Callable[[str], None] = lambda m: None, progress: Progress | None = None) -> RefineResult:
+           log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial,
+           progress: Progress | None = None) -> RefineResult:
     """Greedy runs at the seeds' hidden sizes, then the measured choice among seeds and greedy
     results. ``search_kl`` and ``select_kl`` measure on disjoint rows, so the greedy results are
     not favoured by having been tuned on the rows that judge them."""
     cands = dict(seeds)
     evals = 0
     for h in sorted({s[0] for s in seeds.values()}):
-        s, n = greedy(tables, h, search_kl, cfg, log, progress)
+        s, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress)
         evals += n
         if s is not None:
             cands[f"greedy (hidden {tables[h].d})"] = s
-    scored, seen = [], {}
-    with (progress or Progress()).task("refine: measure candidates", total=len(set(cands.values())),
-                                       unit="candidate") as bar:
-        for name, s in cands.items():
-            if s in seen:  # same architecture under two names: measure once
-                scored.append(Scored(name, s, seen[s]))
-                continue
-            seen[s] = select_kl(s)
-            scored.append(Scored(name, s, seen[s]))
+    unique = list(dict.fromkeys(cands.values()))  # same architecture under two names: measure once
+    with (progress or Progress()).task("refine: measure candidates", total=len(unique), unit="candidate") as bar:
+
+        def measured(s: State) -> float:
+            kl = select_kl(s)
+            bar.advance()  # under a launcher each rank advances for its share
+            return kl
+
+        seen = dict(zip(unique, map_fn(measured, unique)))
+    scored, logged = [], set()
+    for name, s in cands.items():
+        scored.append(Scored(name, s, seen[s]))
+        if s not in logged:
+            logged.add(s)
             log(f"[refine] {name}: KL {seen[s]:.3f} on the selection rows")
-            bar.advance()
     evals += len(seen)
     best = min(scored, key=lambda c: c.kl)
     return RefineResult(best, tuple(scored), evals)

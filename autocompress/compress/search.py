@@ -11,9 +11,9 @@ import time
 
 import torch
 
+from autocompress.compress import dist
 from autocompress.compress.refine import RefineConfig, refine
 from autocompress.compress.tables import cost_tables
-from autocompress.feasibility.assess import assess
 from autocompress.feasibility.exact import evaluate
 from autocompress.feasibility.metrics import Relaxation
 from autocompress.feasibility.objective import load_importance
@@ -87,16 +87,25 @@ def _measures(net, teacher, train_rows, settings):
 
 
 def choose_architecture(spec, parent_arch, derived, importance_path, permuted, cfg, teacher, train_rows, settings,
-                        progress) -> dict:
-    """The search stage: the architecture of ``settings.strategy`` and how it was chosen (JSON)."""
+                        progress, family=None) -> dict:
+    """The search stage: the architecture of ``settings.strategy`` and how it was chosen (JSON).
+    ``family``: the parent's ``families.base.BuildFamily`` (its supernet); default: by the IR family."""
+    from autocompress.families.base import family_of
+    from autocompress.feasibility.variants import assess_variants
+
     log = progress.log
+    family = family or family_of(parent_arch.family)
     imp = load_importance(str(importance_path), parent_arch)
-    feas = assess(spec, parent_arch, derived.profile, derived.device, derived.space, imp, derived.limits,
-                  diagnose=False)
+    swept = assess_variants(spec, parent_arch, derived.profile, derived.device, derived.space, imp, derived.limits,
+                            diagnose=False)
+    feas = swept.feasibility
     if feas.start is None:
         raise NoArchitecture("with the measured importance no architecture passed the exact check")
     out = {"start": arch_json(feas.start.evaluation.arch, feas.start.importance),
            "uniform": arch_json(feas.uniform.evaluation.arch, feas.uniform.importance) if feas.uniform else None}
+    if swept.rows:
+        log(f"[search] global sizes: {swept.variant.label()} (best of {len(swept.rows)} variants)")
+        out["variants"] = [dict(r) for r in swept.rows]
     if settings.strategy == "uniform":
         if feas.uniform is None:
             raise NoArchitecture("no uniform (identical-layer) architecture meets this contract; "
@@ -107,14 +116,18 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
         return out
 
     from autocompress.compress.router import train_router
-    from autocompress.compress.supernet import Supernet
     from autocompress.compress.teacher import topk_kl
 
     sp = derived.space
-    relaxes = {d: Relaxation(parent_arch, d, spec, derived.profile, derived.device, sp, imp, derived.limits)
+    if sp.uniform:
+        return _uniform_choice(out, swept, family, permuted, cfg, teacher, train_rows, settings, sp, imp, parent_arch,
+                               log)
+    variant = swept.parent  # the parent at the chosen global sizes (the parent itself for Llama)
+    vimp = imp.for_variant(parent_arch, variant)
+    relaxes = {d: Relaxation(variant, d, spec, derived.profile, derived.device, sp, vimp, derived.limits)
                for d in sp.hidden_grid}
     tables = [cost_tables(relaxes[d]) for d in sp.hidden_grid]
-    net = Supernet(permuted, cfg, sp)
+    net = family.supernet(permuted, cfg, sp, variant)
     start = net.indices_of(feas.start.evaluation.arch)
     n, b, T = len(train_rows), settings.search_batch, settings.search_seq
 
@@ -134,11 +147,15 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
         res = train_router(tables, quality, router_cfg, start, show)
     seeds = {"router": (res.hidden_index, res.attn_choice, res.ffn_choice), "cvxpy start": start}
     if feas.uniform is not None:
-        seeds["uniform grid"] = net.indices_of(feas.uniform.evaluation.arch)
+        try:
+            seeds["uniform grid"] = net.indices_of(feas.uniform.evaluation.arch)
+        except ValueError:  # the best uniform point has other global sizes than this supernet's
+            log("[refine] the uniform grid's best point has other global sizes: not a seed")
     search_kl, select_kl = _measures(net, teacher, train_rows, settings)
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
     t_ref = time.perf_counter()
-    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, progress)
+    # the measured forwards are independent: under a launcher they are split over the ranks
+    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress)
     t_ref = time.perf_counter() - t_ref
     arch = ev = None
     for cand in sorted(ref.candidates, key=lambda c: c.kl):  # the exact cost model has the last word
@@ -156,11 +173,43 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     moved = sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
     how += f" ({moved} of {arch.num_layers} layers differ from the cvxpy start)"
     log(f"[search] {how}: hidden {arch.hidden_size}, {arch.params() / 1e6:.1f}M params")
-    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
     out["how"] = how
     out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
                      "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
     out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
         {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
          "attention": sum(1 for a in c.state[1] if a), "ffn": sum(1 for f in c.state[2] if f)} for c in ref.candidates]}
+    return out
+
+
+def _uniform_choice(out, swept, family, permuted, cfg, teacher, train_rows, settings, sp, imp, parent_arch, log) -> dict:
+    """Formats with one size per axis (``SearchSpace.uniform``: Mixtral, Qwen-MoE): every layer has
+    the same sizes, so there is no per-layer choice for a router to learn. The candidates are the
+    best uniform point of each global variant (expert width) that the exact cost model accepted;
+    the parent's KL on held-apart training rows picks one, as ``refine`` does for the others."""
+    from autocompress.feasibility.variants import apply
+
+    t0 = time.perf_counter()
+    cands = []
+    for v, f in swept.tried or ((swept.variant, swept.feasibility),):
+        if f.start is None:
+            continue
+        net = family.supernet(permuted, cfg, sp, apply(parent_arch, v))
+        _, select_kl = _measures(net, teacher, train_rows, settings)
+        arch = f.start.evaluation.arch
+        kl = select_kl(net.indices_of(arch))
+        log(f"[search] uniform point ({v.label()}): hidden {arch.hidden_size}, {arch.params() / 1e6:.2f}M params, "
+            f"KL {kl:.3f}")
+        cands.append((kl, v, arch))
+    kl, v, arch = min(cands, key=lambda c: c[0])
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["how"] = (f"measured choice among the uniform points of {len(cands)} global variants: {v.label()}, KL {kl:.3f} "
+                  "(one size per axis in this format: no per-layer search)")
+    out["refine"] = {"forwards": len(cands), "seconds": round(time.perf_counter() - t0, 1),
+                     "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
+                         {"name": f"uniform ({c[1].label()})", "kl": round(c[0], 4), "hidden": c[2].hidden_size,
+                          "attention": sum(1 for b in c[2].blocks if b.attention),
+                          "ffn": sum(1 for b in c[2].blocks if b.ffn)} for c in cands]}
+    log(f"[search] {out['how']}")
     return out

@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 
 from autocompress.cache import atomic_write_bytes, atomic_write_json, cache_root, code_digest, key, sha256_bytes
+from autocompress.compress import dist
 
 DEFAULT_K = 32
 
@@ -108,7 +109,9 @@ def cache_teacher(
     kk = key(code_digest("autocompress.compress.teacher"), teacher_id, tok_digest, f"k={k}", str(dtype), f"chunk={chunk_rows}")
     folder = Path(cache_dir or cache_root() / "teacher") / kk[:24]
     meta_path = folder / "meta.json"
-    if meta_path.is_file():
+    # under a launcher (compress.dist) rank 0 decides what is done and alone writes; each chunk's
+    # batches are split over the ranks and gathered back in order (the same bytes at any world size)
+    if dist.from_main(meta_path.is_file()):
         meta = json.loads(meta_path.read_text())
         return TeacherCache(folder, n, chunk_rows, meta["k"], meta["vocab"])
 
@@ -116,20 +119,26 @@ def cache_teacher(
     chunks = (n + chunk_rows - 1) // chunk_rows
     for c in range(chunks):
         path = folder / f"chunk-{c:05d}.safetensors"
-        if path.is_file():  # finished by an earlier, interrupted run
+        if dist.from_main(path.is_file()):  # finished by an earlier, interrupted run
             continue
         parts: list[TopK] = []
         with torch.no_grad():
-            for s in range(c * chunk_rows, min(n, (c + 1) * chunk_rows), batch):
+            starts = range(c * chunk_rows, min(n, (c + 1) * chunk_rows), batch)
+            for s in (dist.share(len(starts)) if dist.active() else range(len(starts))):
+                s = starts[s]
                 logits = logits_of(teacher, tokens[s : min(s + batch, (c + 1) * chunk_rows, n), :-1])
                 vocab = logits.shape[-1]
                 parts.append(topk_of(logits, k))
+        if dist.active():
+            parts, vocab = _gathered(parts, len(starts), batch, min(n, (c + 1) * chunk_rows) - c * chunk_rows,
+                                     tokens.shape[1] - 1, k, teacher, tokens)
         data = {
             "values": torch.cat([p.values for p in parts]).to(dtype).contiguous(),
             "indices": torch.cat([p.indices for p in parts]).to(torch.int32).contiguous(),
             "lse": torch.cat([p.lse for p in parts]).float().contiguous(),
         }
-        atomic_write_bytes(path, save(data, metadata={"vocab": str(vocab)}))
+        if dist.is_main():
+            atomic_write_bytes(path, save(data, metadata={"vocab": str(vocab)}))
         if on_chunk:
             on_chunk(c + 1, chunks)
     if vocab is None:  # every chunk came from an earlier run: read the vocab from one
@@ -137,12 +146,35 @@ def cache_teacher(
 
         with safe_open(str(folder / "chunk-00000.safetensors"), "pt") as f:
             vocab = int(f.metadata()["vocab"])
-    atomic_write_json(meta_path, {"k": min(k, vocab), "vocab": vocab, "rows": n, "chunk_rows": chunk_rows, "teacher": teacher_id})
+    if dist.is_main():
+        atomic_write_json(meta_path, {"k": min(k, vocab), "vocab": vocab, "rows": n, "chunk_rows": chunk_rows,
+                                      "teacher": teacher_id})
+    dist.barrier()  # every rank reads the chunks rank 0 wrote
     return TeacherCache(folder, n, chunk_rows, min(k, vocab), vocab)
 
 
-def topk_kl(student_logits: torch.Tensor, target: TopK, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean over positions of KL(teacher || student) on the top-k support plus one tail bucket.
+def _gathered(mine: list[TopK], batches: int, batch: int, rows: int, T: int, k: int, teacher, tokens
+              ) -> tuple[list[TopK], int]:
+    """Every rank's top-k batches of one chunk, in order: ([one TopK of the chunk's rows], vocab)."""
+    with torch.no_grad():  # a one-token forward gives the vocabulary to a rank that had no batch
+        vocab = logits_of(teacher, tokens[:1, :1]).shape[-1]
+    kk = min(k, vocab)
+
+    def stacked(field: str, shape: tuple, dtype) -> torch.Tensor:
+        out = torch.zeros((len(mine), batch, *shape), dtype=dtype)
+        for i, p in enumerate(mine):
+            v = getattr(p, field)
+            out[i, : len(v)] = v
+        return dist.gather_rows(out, batches).flatten(0, 1)[:rows]
+
+    return [TopK(stacked("values", (T, kk), torch.float32), stacked("indices", (T, kk), torch.int64),
+                 stacked("lse", (T,), torch.float32))], vocab
+
+
+def topk_kl(student_logits: torch.Tensor, target: TopK, mask: torch.Tensor | None = None,
+            reduction: str = "mean") -> torch.Tensor:
+    """Mean over positions of KL(teacher || student) on the top-k support plus one tail bucket
+    (``reduction="sum"``: the sum, for a mean over the positions of several processes).
 
     With p the teacher's and q the student's distribution, S the teacher's top-k tokens:
         KL ~= sum_{i in S} p_i (log p_i - log q_i) + p_tail (log p_tail - log q_tail),
@@ -160,6 +192,8 @@ def topk_kl(student_logits: torch.Tensor, target: TopK, mask: torch.Tensor | Non
         # xlogy-style: a tail the teacher gives no mass adds nothing, whatever the student puts there.
         logp_tail = torch.log(p_tail.clamp_min(1e-30))
         kl = kl + torch.where(p_tail > 0, p_tail * (logp_tail - logq_tail), torch.zeros_like(kl))
+    if reduction == "sum":
+        return kl.sum() if mask is None else (kl * mask.to(kl.dtype)).sum()
     if mask is None:
         return kl.mean()
     mask = mask.to(kl.dtype)

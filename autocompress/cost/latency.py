@@ -104,6 +104,10 @@ def _executed_blocks(arch: Architecture) -> int:
     return sum(1 for b in arch.blocks if b.mixer is not None or b.ffn is not None)
 
 
+def _sub_blocks(block) -> int:
+    return (block.mixer is not None) + (block.ffn is not None)
+
+
 def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph: bool | str = False) -> StepCost:
     """Time of one engine step running pass ``p``.
 
@@ -114,9 +118,10 @@ def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph:
     """
     k = profile.kernel
     layer_oh = 0.0 if graph is True else k.layer_overhead_s
+    sub_oh = 0.0 if graph is True else k.sub_block_overhead_s
     blocks = [0.0] * arch.num_layers
     head = comp = mem = wbytes = 0.0
-    overhead = k.step_overhead_s + layer_oh * _executed_blocks(arch)
+    overhead = k.step_overhead_s + layer_oh * _executed_blocks(arch) + sub_oh * sum(map(_sub_blocks, arch.blocks))
     for i, op in _ops(arch, p, nb):
         in_graph = graph is True or (graph == "piecewise" and op.cls != "attention")
         t = op_time(op, device, profile, nb.weight, in_graph)
@@ -131,7 +136,7 @@ def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph:
             blocks[i] += t
     for i, b in enumerate(arch.blocks):
         if b.mixer is not None or b.ffn is not None:
-            blocks[i] += layer_oh
+            blocks[i] += layer_oh + sub_oh * _sub_blocks(b)
     total = sum(blocks) + head + k.step_overhead_s
     return StepCost(total, tuple(blocks), head, overhead, comp, mem, wbytes)
 
@@ -170,7 +175,8 @@ def decode_sum(arch: Architecture, seqs: float, kv_lo: int, kv_hi: int, device, 
     bounds.append((lo, kv_hi))
     k = profile.kernel
     launch = k.graph_launch_s if graph else k.launch_s
-    const = k.step_overhead_s + (0.0 if graph else k.layer_overhead_s * _executed_blocks(arch))
+    const = k.step_overhead_s + (0.0 if graph else k.layer_overhead_s * _executed_blocks(arch)
+                                 + k.sub_block_overhead_s * sum(map(_sub_blocks, arch.blocks)))
     total = 0.0
     for a, b in bounds:
         ops_a = _ops(arch, Pass.decode(seqs, a), nb)
@@ -292,14 +298,12 @@ def predict_workload(arch: Architecture, target, workload, profile=None, device=
         tpot = decode_total / plan.decode_steps if plan.decode_steps else 0.0
     else:
         tpot = step_cost(arch, plan.mean_pass, device, profile, nb, graph).total_s
-        decode_total = plan.decode_steps * tpot
-        e2e = ttft + decode_total
+        e2e = ttft + (decode_total := plan.decode_steps * tpot)
     throughput = c * n_out / e2e
     q, ctx, chunk = plan.prefill_tokens, n_in - plan.prefill_tokens, plan.chunk
     mean = step_cost(arch, plan.mean_pass, device, profile, nb, graph)
     seqs = plan.mean_pass.segments[0].seqs  # decoding sequences per step (per wave in batch mode)
-    pre = step_cost(arch, Pass.prefill(seqs if workload.mode == "batch" else 1, min(q, chunk), ctx), device, profile,
-                    nb)
+    pre = step_cost(arch, Pass.prefill(seqs if workload.mode == "batch" else 1, min(q, chunk), ctx), device, profile, nb)
     first = step_cost(arch, Pass.decode(seqs, n_in + 1), device, profile, nb, graph).total_s
     last = step_cost(arch, Pass.decode(seqs, n_in + max(n_out - 1, 1)), device, profile, nb, graph).total_s
     return WorkloadCost(
@@ -308,8 +312,7 @@ def predict_workload(arch: Architecture, target, workload, profile=None, device=
         layer_shares=tuple(t / mean.total_s for t in mean.block_s), head_share=mean.head_s / mean.total_s,
         overhead_share=mean.overhead_s / mean.total_s, weight_bytes_per_step=mean.weight_bytes,
         decode_bound=mean.bound, prefill_bound=pre.bound, cuda_graphs=graph, device=device.name,
-        profile=profile.name, profile_source=profile.source, fixed_s=plan.fixed_s, decode_s=decode_total,
-        waves=plan.waves,
+        profile=profile.name, profile_source=profile.source, fixed_s=plan.fixed_s, decode_s=decode_total, waves=plan.waves,
     )
 
 

@@ -42,6 +42,10 @@ class KernelConstants:
     # max(c, m) + s * min(c, m) = max(c + s*m, m + s*c). GPUs overlap (0); on these CPUs a small-M
     # oneDNN GEMM streams its weights and then computes, so batch-8 decode costs more than its bytes
     serial_fraction: float = 0.0
+    # per executed sub-block (attention or FFN) per eager step, beyond its ops' launches: the
+    # framework's per-module cost (norm, residual, dispatch). It is what makes a model of many
+    # small sub-blocks dearer than one of few large ones at equal FLOPs and bytes (issue 12)
+    sub_block_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class Profile:
     memory: MemoryTerms
     known_error: tuple[tuple[str, ErrorStat], ...] | None
     path: str = ""
+    machine: dict | None = None  # CPU profiles: the machine it was measured on (cost.machine)
+    reference: dict | None = None  # the reference model measured at calibration (host-speed index)
 
     def eff(self, op_class: str) -> Efficiency:
         """Efficiencies for an op class (falls back to the overall pair)."""
@@ -103,6 +109,7 @@ class Profile:
             created=data["created"], efficiency=overall, per_op=per_op,
             kernel=KernelConstants(**{k: float(v) for k, v in data["kernel"].items()}),
             memory=MemoryTerms(**data["memory"]), known_error=known, path=str(path),
+            machine=data.get("machine"), reference=data.get("reference"),
         )
 
 
@@ -128,8 +135,15 @@ def _read(resolved: str, mtime_ns: int, shown: str) -> Profile:
 
 
 def builtin_profile_path(device_kind: str, engine: str, device_name: str | None = None) -> Path:
-    """The built-in profile: one measured by ``acc profile`` for this device (or device kind) when
-    the package ships one, else the labelled default."""
+    """The profile used when a spec names none: for the host CPU, this machine's own (``acc
+    profile`` wrote it, ``cost.machine``) when it exists; else one measured by ``acc profile`` for
+    this device (or device kind) that the package ships; else the labelled default."""
+    if device_kind == "cpu":
+        from autocompress.cost.machine import machine_profile_path
+
+        own = machine_profile_path(engine)
+        if own.is_file():
+            return own
     for stem in ([device_name] if device_name else []) + [device_kind]:
         measured = PROFILE_DIR / f"{stem}-{engine}-measured.json"
         if measured.is_file():
@@ -155,3 +169,24 @@ def load_profile(path: str | Path | None, device, engine: str) -> Profile:
         raise ProfileError(
             f"calibration profile {p} is for hardware {prof.hardware!r}, the target is {device.name!r}")
     return prof
+
+
+def origin(profile: Profile, device) -> tuple[str, str]:
+    """(kind, sentence) of where a profile's numbers come from, for the reports:
+    ``this machine`` / ``another machine`` (CPU), ``catalog device`` (a GPU profile transfers to
+    any unit of that part), ``default`` (never measured)."""
+    if profile.source != "measured":
+        return "default", "a built-in default, never measured: predictions carry no measured error"
+    if device.kind != "cpu":
+        return "catalog device", (f"measured on a {profile.hardware}; a catalog GPU is a standard part, so the "
+                                  "profile transfers to this one")
+    from autocompress.cost.machine import this_machine
+
+    here = this_machine(profile.engine)
+    m = profile.machine or {}
+    if m.get("fingerprint") == here.fingerprint:
+        return "this machine", f"measured on this machine ({m.get('cpu')}, {m.get('cores')} cores, {profile.created})"
+    where = f"{m.get('cpu')}, {m.get('cores')} cores" if m else "a machine it does not record"
+    return "another machine", (f"measured on another machine ({where}), not on this one: its numbers may be far off "
+                               f"here; `acc profile --hardware cpu --engine {profile.engine} --quick` calibrates this "
+                               "machine in a few minutes")

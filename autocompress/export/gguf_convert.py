@@ -119,4 +119,14 @@ def convert_alias(alias: str = "smollm2-135m", root: str | os.PathLike | None = 
     return convert_gguf(path, root, progress)
 
 
-__all__ = ["convert_alias", "convert_gguf", "gguf_cache_dir"]
+def weights_folder(value: str, parent, progress=None) -> Path:
+    """The safetensors folder of a resolved parent (``parents.resolve.ParentInfo``): a built-in
+    alias or a GGUF file converted once (cached), a Hugging Face folder as it is."""
+    if parent.kind == "alias":
+        return convert_alias(value, progress=progress)
+    if parent.kind == "gguf":
+        return convert_gguf(parent.path, progress=progress)
+    return Path(parent.path).parent
+
+
+__all__ = ["convert_alias", "convert_gguf", "gguf_cache_dir", "weights_folder"]

@@ -113,6 +113,40 @@ def _export(out_dir, cfg: dict[str, Any], state_dict, tokenizer_dir, overwrite: 
     return _write_atomically(out_dir, fill, overwrite, spec_path, strategy)
 
 
+def write_checkpoint(out_dir, config, tensors: Mapping[str, torch.Tensor], tokenizer_dir=None, *,
+                     extra_files: tuple = (), overwrite: bool = False, spec_path=None, strategy=None) -> Path:
+    """Write a checkpoint folder of any family atomically and mark it (``manifest``): ``config`` (a
+    transformers config object, saved with ``save_pretrained``), ``tensors`` (checkpoint names, one
+    dtype, already checked by the caller against its format), ``extra_files`` (paths copied in, e.g.
+    the remote code of ``auto_map``) and the tokenizer. Used by the hybrid and MoE families."""
+    from safetensors.torch import save_file
+    from transformers import GenerationConfig
+
+    dtypes = {t.dtype for t in tensors.values()}
+    if len(dtypes) != 1:
+        raise ValueError(f"mixed tensor dtypes {sorted(map(str, dtypes))}; cast the state_dict first")
+    config.dtype = dtypes.pop()
+    out, seen = {}, set()
+    for k in sorted(tensors):
+        t = tensors[k].detach().to("cpu").contiguous()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        out[k] = t.clone() if key in seen else t  # safetensors refuses shared storage
+        seen.add(key)
+
+    def fill(tmp: Path) -> None:
+        config.save_pretrained(tmp)
+        GenerationConfig(bos_token_id=getattr(config, "bos_token_id", None),
+                         eos_token_id=getattr(config, "eos_token_id", None),
+                         pad_token_id=getattr(config, "pad_token_id", None)).save_pretrained(tmp)
+        save_file(out, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        for f in extra_files:
+            shutil.copy2(f, tmp / Path(f).name)
+        if tokenizer_dir is not None:
+            _copy_tokenizer(tokenizer_dir, tmp)
+
+    return _write_atomically(out_dir, fill, overwrite, spec_path, strategy)
+
+
 def _config_arg(config: Architecture | Mapping[str, Any], llama_globals: dict, build) -> dict[str, Any]:
     if isinstance(config, Architecture):
         return build(config, **llama_globals)

@@ -160,7 +160,10 @@ def assess(spec, parent_arch, profile, device, space: SearchSpace, importance: I
         arch, ev, score, d = found
         uniform = Candidate(ev, score, d, math.nan, 0)
         seed = (d, arch_to_x(relaxes[d], arch))
-    start = _best_candidate(relaxes, results, profile, device, importance, limits, seed)
+    if space.uniform:  # the format has one size per axis (native MoE): the uniform grid is the space
+        start = uniform
+    else:
+        start = _best_candidate(relaxes, results, profile, device, importance, limits, seed)
     if start is not None:
         binding = tuple(c.name for c in start.evaluation.checks if c.slack < BINDING_SLACK)
         return done("feasible", start, uniform, binding)

@@ -173,6 +173,12 @@ class Relaxation:
                                (pv if vname else zero)[mix].tolist(), qk[mix].tolist(), (qv if vname else zero)[mix].tolist())
                 for j in range(first, len(self.ep)):  # each new row once, weight 1
                     tws[j] = 1.0
+        if graph is not True and k.sub_block_overhead_s:  # per executed sub-block: on its keep variable
+            for l, b in enumerate(self.parent.blocks):
+                if b.mixer is not None:
+                    lin[A * L + l] += k.sub_block_overhead_s
+                if b.ffn is not None:
+                    lin[G * L + l] += k.sub_block_overhead_s
         return const, lin, tws, (0.0 if graph is True else k.layer_overhead_s)
 
     @property
@@ -262,18 +268,21 @@ class Relaxation:
                                                             1, kv_block_size(t.engine, self.device))
                     kv[K * L + l] = per_mixer[b.mixer]
             kvs.append((w.name, kv))
-        at, ref = self.at, mem
-        if self.proof:  # the constants of the smallest legal architecture (see __init__)
-            from autocompress.feasibility.rounding import arch_to_x, x_to_arch
+        from autocompress.feasibility.rounding import arch_to_x, x_to_arch  # it imports this module
 
-            small = x_to_arch(self, np.where(self.lo > 0, np.maximum(self.lo, self.kept_min), 0.0), floor=True)
-            at = arch_to_x(self, small)
-            ref = memory_breakdown(small, t, self.spec.workloads, self.profile, self.device, self.limits)
+        small = x_to_arch(self, np.where(self.lo > 0, np.maximum(self.lo, self.kept_min), 0.0), floor=True)
+        low = memory_breakdown(small, t, self.spec.workloads, self.profile, self.device, self.limits)
+        # the constants: of the parent (an upper bound, steering) or of the smallest legal
+        # architecture (a lower bound, the proof; see __init__)
+        at, ref = (arch_to_x(self, small), low) if self.proof else (self.at, mem)
         kv_ref = max(float(kv @ at) for _, kv in kvs)
         const = ref.total_bytes - (1 + mf) * float(wlin @ at) - max(kv_ref, ref.kv_reserved_bytes)
         if self.proof:
             const -= 64.0  # the margin's ceil() rounds each architecture by < 1 byte
-        floor = ref.kv_reserved_bytes if ref.cpu_kv_space_gib else 0.0  # vLLM CPU reserves whole GiB
+        # vLLM CPU reserves whole GiB: the LP charges max(KV, the smallest architecture's reservation)
+        # and leaves the rounding to the exact check; the parent's reservation as the floor (as
+        # before) made a contract that must shrink the KV cache below it look impossible
+        floor = low.kv_reserved_bytes if low.cpu_kv_space_gib else 0.0
         self.mem_const, self.mem_w, self.mem_kvs, self.mem_floor = const, (1 + mf) * wlin, kvs, floor
         self.mem_limit = float(t.memory_limit_bytes or mem.limit_bytes)
         if t.engine == "vllm" and self.device.kind == "gpu" and not t.memory_limit_bytes:

@@ -11,7 +11,9 @@ most important channels first).
 * **file** (written by ``acc build``'s importance stage, or by hand): measured curves and layer
   scores, JSON ``{"version": 1, "layers": [{"attention": s, "ffn": s, "kv_curve": [...],
   "ffn_curve": [...]}], "hidden_curve": [...]}``; curves are cumulative shares at evenly spaced
-  keep fractions from 0 to 1 (first 0, last 1).
+  keep fractions from 0 to 1 (first 0, last 1). Hybrid and MoE parents add per layer
+  ``mamba_curve`` (Mamba2 heads) and ``width_curve`` (expert width), the global sizes' curves; a MoE
+  layer's ``ffn_curve`` is over its experts.
 
 Curves enter the LP as piecewise-linear hypographs (concave, so maximizing is an LP; ``relax``).
 """
@@ -19,12 +21,12 @@ Curves enter the LP as piecewise-linear hypographs (concave, so maximizing is an
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from autocompress.diagnostics import ImportanceFileError
-from autocompress.ir import MLP, Architecture, Attention, MoE
+from autocompress.ir import MLP, Architecture, Attention, Mamba2, MoE
 
 SEGMENTS = 8  # pieces of each piecewise-linear curve
 
@@ -45,8 +47,11 @@ class Importance:
     alpha: tuple[float, ...]  # per layer: weight of the attention sub-block
     beta: tuple[float, ...]  # per layer: weight of the FFN sub-block
     kv_curves: tuple[tuple[float, ...], ...]
-    ffn_curves: tuple[tuple[float, ...], ...]
+    ffn_curves: tuple[tuple[float, ...], ...]  # MoE layers: over the expert count
     hidden_curve: tuple[float, ...]
+    # the global sizes (``feasibility.variants``): Mamba2 heads and expert width, per layer; () = the prior
+    mamba_curves: tuple[tuple[float, ...], ...] = ()
+    width_curves: tuple[tuple[float, ...], ...] = ()
 
     # ---- numeric score (rounding, repair, reports) -------------------------------------------
     def score(self, arch: Architecture, parent: Architecture) -> float:
@@ -55,13 +60,36 @@ class Importance:
         for l, (b, p) in enumerate(zip(arch.blocks, parent.blocks)):
             if isinstance(b.mixer, Attention) and isinstance(p.mixer, Attention):
                 total += self.alpha[l] * 0.5 * (1 + _interp(self.kv_curves[l], b.mixer.kv_heads / p.mixer.kv_heads))
+            elif isinstance(b.mixer, Mamba2) and isinstance(p.mixer, Mamba2):
+                total += self.alpha[l] * self.global_factor(l, "mamba", b.mixer.heads / p.mixer.heads)
             elif b.mixer is not None and p.mixer is not None:
                 total += self.alpha[l]
             if isinstance(b.ffn, MLP) and isinstance(p.ffn, MLP):
                 total += self.beta[l] * _interp(self.ffn_curves[l], b.ffn.width / p.ffn.width)
             elif isinstance(b.ffn, MoE) and isinstance(p.ffn, MoE):
-                total += self.beta[l] * _interp(self.ffn_curves[l], b.ffn.experts / p.ffn.experts)
+                total += (self.beta[l] * _interp(self.ffn_curves[l], b.ffn.experts / p.ffn.experts)
+                          * self.global_factor(l, "width", b.ffn.expert_width / p.ffn.expert_width))
         return self.hidden_factor(arch.hidden_size, parent.hidden_size) * total
+
+    def global_factor(self, layer: int, kind: str, frac: float) -> float:
+        """Share of layer ``layer``'s importance kept at a fraction of its Mamba2 heads (``mamba``) or
+        of its expert width (``width``); exactly 1 at the full size, whatever the curve."""
+        if frac >= 1.0:
+            return 1.0
+        curves = self.mamba_curves if kind == "mamba" else self.width_curves
+        return _interp(curves[layer] if curves else _prior_curve(), frac)
+
+    def for_variant(self, parent: Architecture, variant: Architecture) -> "Importance":
+        """The same objective for a parent whose global sizes are ``variant``'s (fewer Mamba2 heads, a
+        narrower expert width): each layer's weight carries its global factor, so scoring an
+        architecture against the variant gives its score against ``parent`` (``feasibility.variants``)."""
+        alpha, beta = list(self.alpha), list(self.beta)
+        for l, (v, p) in enumerate(zip(variant.blocks, parent.blocks)):
+            if isinstance(v.mixer, Mamba2) and isinstance(p.mixer, Mamba2):
+                alpha[l] *= self.global_factor(l, "mamba", v.mixer.heads / p.mixer.heads)
+            if isinstance(v.ffn, MoE) and isinstance(p.ffn, MoE):
+                beta[l] *= self.global_factor(l, "width", v.ffn.expert_width / p.ffn.expert_width)
+        return replace(self, alpha=tuple(alpha), beta=tuple(beta))
 
     def hidden_factor(self, d: int, d_parent: int) -> float:
         return _interp(self.hidden_curve, d / d_parent)
@@ -153,9 +181,11 @@ def load_importance(path: str, parent: Architecture) -> Importance:
         kv = tuple(tuple(float(v) for v in x.get("kv_curve", c)) for x in layers)
         ffn = tuple(tuple(float(v) for v in x.get("ffn_curve", c)) for x in layers)
         hidden = tuple(float(v) for v in data.get("hidden_curve", c))
+        mamba = tuple(tuple(float(v) for v in x.get("mamba_curve", c)) for x in layers)
+        width = tuple(tuple(float(v) for v in x.get("width_curve", c)) for x in layers)
     except ImportanceFileError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ImportanceFileError(f"{path}: not an importance file ({type(e).__name__}: {e})") from None
     total = float(alpha.sum() + beta.sum()) or 1.0
-    return Importance(path, tuple(alpha / total), tuple(beta / total), kv, ffn, hidden)
+    return Importance(path, tuple(alpha / total), tuple(beta / total), kv, ffn, hidden, mamba, width)

@@ -1,6 +1,6 @@
 """The uniform (Minitron-style) baseline at the same budget: identical sizes in every layer.
 
-Minitron searches a small grid of candidates (hidden, FFN width, KV heads, depth) under its
+Minitron searches a small grid of candidates (hidden, FFN width, KV heads, experts, depth) under its
 budget and keeps the best. We do the same on the contract's bounds: enumerate the grid, score each
 candidate with the relaxation's numeric model (exact at integer points for serve workloads; the
 batch decode sum uses a midpoint rule, so the exact model re-judges the winners), and return the
@@ -16,7 +16,7 @@ from autocompress.feasibility._numeric import relaxed_batch
 from autocompress.feasibility.exact import evaluate
 from autocompress.feasibility.metrics import A, G, K, W, Relaxation
 from autocompress.feasibility.rounding import arch_to_x, x_to_arch
-from autocompress.ir import MLP
+from autocompress.ir import MLP, MoE
 
 DEPTH_SHARES = (0.0, 0.125, 0.25, 0.375, 0.5)  # shares of layers removed (Minitron: up to ~50%)
 EXACT_TRIES = 8
@@ -32,21 +32,28 @@ def drop_order(relax: Relaxation) -> list[int]:
     return order
 
 
-def _uniform_grid(relax: Relaxation, dropped: list[list[int]], kvs: list[int], widths: list[int]) -> np.ndarray:
+def _uniform_grid(relax: Relaxation, dropped: list[list[int]], kvs: list[int], widths: list[int],
+                  experts: list[int] | None = None) -> np.ndarray:
     """The LP points of the uniform candidates, one row each, in the order (depth, KV heads, FFN
-    width): every kept layer gets the same KV heads and FFN width (capped at its parent's)."""
+    width, routed experts): every kept layer gets the same KV heads, FFN width and expert count
+    (capped at its parent's). ``experts`` None: MoE layers keep the parent's."""
     L = relax.L
-    at = relax.at  # frozen sub-blocks (Mamba mixers, MoE) stay at the parent's sizes
+    at = relax.at  # frozen sub-blocks (Mamba mixers) stay at the parent's sizes
     att = at[K * L:(K + 1) * L] > 0
     mlp = np.array([isinstance(b.ffn, MLP) for b in relax.parent.blocks])
-    X = np.broadcast_to(at, (len(dropped), len(kvs), len(widths), 4 * L)).copy()
+    moe = np.array([isinstance(b.ffn, MoE) for b in relax.parent.blocks])
+    es = [None] if experts is None else experts
+    X = np.broadcast_to(at, (len(dropped), len(kvs), len(widths), len(es), 4 * L)).copy()
     kv = np.array(kvs, float)[:, None]
-    X[..., K * L:(K + 1) * L] = np.where(att, np.minimum(kv, at[K * L:(K + 1) * L]), 0)[None, :, None, :]
+    X[..., K * L:(K + 1) * L] = np.where(att, np.minimum(kv, at[K * L:(K + 1) * L]), 0)[None, :, None, None, :]
     width = np.array(widths, float)[:, None]
-    X[..., W * L:] = np.where(mlp, np.minimum(width, at[W * L:]), at[W * L:])[None, None, :, :]
+    X[..., W * L:] = np.where(mlp, np.minimum(width, at[W * L:]), at[W * L:])[None, None, :, None, :]
+    if experts is not None:
+        e = np.array(experts, float)[:, None]
+        X[..., W * L:] = np.where(moe, np.minimum(e, at[W * L:]), X[..., W * L:])
     for i, layers in enumerate(dropped):
         for kind in (A, K, G, W):
-            X[i, :, :, kind * L + np.array(layers, int)] = 0
+            X[i, :, :, :, kind * L + np.array(layers, int)] = 0
     return X.reshape(-1, 4 * L)
 
 
@@ -56,17 +63,20 @@ def uniform_search(relaxes: dict[int, Relaxation], profile, device, limits=None)
     for d, relax in relaxes.items():
         L, sp = relax.L, relax.space
         order = drop_order(relax)
-        widths = sorted({int(relax.at[W * L + l]) for l in range(L) if relax.at[W * L + l]}) or [0]
+        mlp = [l for l, b in enumerate(relax.parent.blocks) if isinstance(b.ffn, MLP)]
+        widths = sorted({int(relax.at[W * L + l]) for l in mlp if relax.at[W * L + l]}) or [0]
         i_max = max(widths)
         step = min(sp.ffn_step, i_max) if i_max else 1
-        width_grid = list(range(i_max, 0, -step)) if sp.allows("ffn") else [i_max]
+        width_grid = (list(range(i_max, 0, -step)) if sp.allows("ffn") else [i_max]) or [i_max]  # [0]: no MLP
         width_grid = width_grid[::max(1, -(-len(width_grid) // MAX_WIDTHS))]
         kvs = sorted(sp.kv_choices or (0,), reverse=True)
         score_x = relax.importance.scorer(relax.parent)
         factor = relax.importance.hidden_factor(d, relax.parent.hidden_size)
         parent_params = float(relax.param_lin @ relax.at) * (relax.parent.hidden_size / d)
         shares = DEPTH_SHARES if sp.allows("depth") else (0.0,)
-        X = _uniform_grid(relax, [order[:int(round(share * L))] for share in shares], kvs, width_grid)
+        moe = any(isinstance(b.ffn, MoE) for b in relax.parent.blocks)
+        es = sorted(sp.expert_choices, reverse=True) if moe and sp.allows("experts") else None
+        X = _uniform_grid(relax, [order[:int(round(share * L))] for share in shares], kvs, width_grid, es)
         X = X[X @ relax.param_lin >= sp.min_keep * parent_params]
         if not len(X):
             continue

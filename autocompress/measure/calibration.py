@@ -14,25 +14,87 @@ from autocompress.ir import Architecture
 from autocompress.lang.model import Workload
 from autocompress.measure.runner import measure, workload_dict
 
-WORKLOADS = (  # (workload, timed requests or iterations, warm-up rounds)
+WORKLOADS = (  # (workload, minimum timed requests or iterations, warm-up rounds)
     (Workload("short", 1, "serve", 128, 32), 8, 1),
     (Workload("long", 1, "serve", 512, 8), 4, 1),
     # 8 streams as one batch: a closed loop of 8 equal requests started together stays in lockstep
     # (each round prefills 8 prompts, then decodes 8 sequences), which is the batch semantics
     (Workload("concurrent", 8, "batch", 128, 16), 3, 1),
 )
+TARGET_SE = 0.02  # sample each workload until the relative SE of every metric is below this ...
+MAX_S = 40.0  # ... or this many seconds of timed runs (the quick calibration: 0.04 and 15 s)
 
-CALIBRATION_ARCHS = 7  # the first N of ``synth.variants`` (the parent first) fit the profile
-HELDOUT_ARCHS = 13  # the next M are never seen by the fit: the fidelity benchmark's test set
+CALIBRATION_ARCHS = 7  # random variants of ``synth.variants`` (the parent first) that fit the profile
+HELDOUT_ARCHS = 13  # the next ones: never seen by the fit (the fidelity benchmark's test set)
+# designed architectures (``synth.designed``) in each set: the fit sees the search's kinds of shapes
+# (many narrow FFNs, mixed KV heads, removed sub-blocks), the held-out set the pairs that test them
+CALIBRATION_DESIGNED = ("uniform-w768", "split", "narrow-many")
+HELDOUT_DESIGNED = ("alternating", "shallow-wide")
 
 
 def workloads() -> list[Workload]:
     return [w for w, _, _ in WORKLOADS]
 
 
-def workload_dicts() -> list[dict]:
-    return [workload_dict(w, requests=r, warmup=u) if w.mode == "serve" else workload_dict(w, iterations=r, warmup=u)
-            for w, r, u in WORKLOADS]
+def workload_dicts(quick: bool = False) -> list[dict]:
+    se, cap = (0.04, 15.0) if quick else (TARGET_SE, MAX_S)
+    return [workload_dict(w, requests=r, warmup=u, target_se=se, max_s=cap) if w.mode == "serve" else
+            workload_dict(w, iterations=r, warmup=u, target_se=se, max_s=cap) for w, r, u in WORKLOADS]
+
+
+def calibration_sets(parent: Architecture, quick: bool = False) -> tuple[list[Architecture], list[Architecture]]:
+    """(calibration, held-out) architectures: the parent first (it is also the reference every
+    model is measured against), designed shapes and random variants. Quick: 4 + 2."""
+    from autocompress.measure.synth import LLAMA_FAMILIES, designed, variants
+
+    n_cal, n_held = (1, 1) if quick else (CALIBRATION_ARCHS, HELDOUT_ARCHS)
+    if parent.family not in LLAMA_FAMILIES:  # MoE / hybrid parents: random variants of their own space
+        rand = variants(parent, 4 + 2 if quick else n_cal + n_held)
+        k = 4 if quick else n_cal
+        return rand[:k], rand[k:]
+    by_name = {a.name: a for a in designed(parent)}
+    rand = variants(parent, n_cal + n_held)
+    cal = [rand[0]] + [by_name[n] for n in CALIBRATION_DESIGNED] + rand[1:n_cal]
+    held = [by_name[n] for n in HELDOUT_DESIGNED[: 1 if quick else None]] + rand[n_cal:n_cal + n_held]
+    return cal, held
+
+
+def normalized_rows(inter, archs: list[Architecture], limits: dict, wls: list[dict]) -> list[dict]:
+    """Rows ``{"arch", "result", "limits"}`` for ``fit`` whose values are each model's ratio to the
+    reference times the reference's mean: what every model would have measured at the reference's
+    average speed, so the host's drift between runs does not enter the fit."""
+    ref = inter.absolute[inter.reference]
+    rows = []
+    for arch in archs:
+        ms = []
+        for w in wls:
+            m = {k: w[k] for k in ("mode", "concurrency", "input_tokens", "output_tokens", "prefix_cache")}
+            m["workload"] = w["name"]
+            for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s"):
+                m[k] = inter.ratio[arch.name][w["name"]][k] * ref[w["name"]][k]
+            ms.append(m)
+        rows.append({"arch": arch, "limits": limits[arch.name],
+                     "result": {"measurements": ms, "peak_rss_bytes": inter.peak_rss[arch.name]}})
+    return rows
+
+
+def measure_sets(archs: list[Architecture], target, tokenizer_dir, root: Path, threads: int | None = None,
+                 quick: bool = False, passes: int = 1, log=print, progress=None):
+    """Every architecture measured interleaved with the first (the parent): (``Interleaved``,
+    limits per model, workload dicts). Each model runs with the engine settings its export
+    recommends (``derive_limits``); threads and scheduler budgets are the same for all."""
+    from autocompress.measure.engines.base import derive_limits
+    from autocompress.measure.interleave import measure_interleaved
+    from autocompress.measure.synth import synthetic_folder
+
+    wls = workload_dicts(quick)
+    limits = {a.name: derive_limits(a, target, workloads(), threads=threads) for a in archs}
+    models = {}
+    for a in archs:
+        models[a.name] = synthetic_folder(a, tokenizer_dir, Path(root) / "models")
+    inter = measure_interleaved(models, archs[0].name, target, wls, limits, Path(root) / "requests", passes=passes,
+                                threads=threads, log=log, progress=progress)
+    return inter, limits, wls
 
 
 def measure_arch(arch: Architecture, target, tokenizer_dir, root: Path, threads: int | None = None,

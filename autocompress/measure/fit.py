@@ -26,7 +26,10 @@ from dataclasses import replace
 TIME_METRICS = ("ttft", "tpot", "e2e", "throughput")
 FIT_METRICS = ("ttft", "tpot", "e2e")
 OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise", "sampler")
-KERNEL_KEYS = ("launch_s", "layer_overhead_s", "step_overhead_s", "prefill_fixed_s", "serial_fraction")
+KERNEL_KEYS = ("launch_s", "layer_overhead_s", "sub_block_overhead_s", "step_overhead_s", "prefill_fixed_s",
+               "serial_fraction")
+# where the multiplicative search starts a constant the base profile leaves at 0
+START = {"sub_block_overhead_s": 1e-4, "serial_fraction": 0.25}
 PULL = 0.003  # weight of the log-distance to the starting profile
 
 
@@ -37,10 +40,8 @@ def _params(profile) -> dict[str, float]:
     for c in OP_CLASSES:
         e = profile.eff(c)
         p[f"{c}.compute"], p[f"{c}.memory"] = e.compute, e.memory
-    for k in KERNEL_KEYS:
-        p[k] = max(getattr(profile.kernel, k), 1e-7)
-    # the search is multiplicative: a fraction of 0 (perfect overlap) would never leave 0
-    p["serial_fraction"] = max(p["serial_fraction"], 0.25)
+    for k in KERNEL_KEYS:  # the search is multiplicative: a constant at 0 would never leave 0
+        p[k] = getattr(profile.kernel, k) or START.get(k, 1e-7)
     return p
 
 
@@ -156,6 +157,24 @@ def errors(rows: list[dict], profile, target=None) -> dict[str, list[float]]:
     return out
 
 
+def ratio_errors(rows: list[dict], reference: dict, inter, profile, target=None) -> dict[str, list[float]]:
+    """Relative errors of the predicted ratio to the reference against the measured one (``inter``:
+    ``measure.interleave.Interleaved``), per metric over every held-out architecture x workload:
+    the error a drift-free comparison of two models sees."""
+    target = target or _target()
+    ref_pred = {m["workload"]: predicted(reference["arch"], m, reference["limits"], profile, target)
+                for m in reference["result"]["measurements"]}
+    out: dict[str, list[float]] = {k: [] for k in TIME_METRICS}
+    for r in rows:
+        for m in r["result"]["measurements"]:
+            pr = predicted(r["arch"], m, r["limits"], profile, target)
+            meas = inter.ratio[r["arch"].name][m["workload"]]
+            for k in TIME_METRICS:
+                out[k].append((pr[k] / ref_pred[m["workload"]][k]) / meas[f"{k}_s" if k != "throughput"
+                                                                        else "throughput_tok_s"] - 1.0)
+    return out
+
+
 def noise(rows: list[dict]) -> dict[str, list[float]]:
     """Per run and metric, the relative standard error of the measured value from its own samples
     (1.2533 s / sqrt(n) / median, the large-sample SE of a median): how far a measurement may sit
@@ -195,8 +214,8 @@ def profile_dict(prof, name: str, known: dict, notes: str, created: str) -> dict
         "created": created, "notes": notes,
         "efficiency": {"compute": prof.efficiency.compute, "memory": prof.efficiency.memory, "per_op": per_op},
         "kernel": {k: getattr(prof.kernel, k) for k in
-                   ("launch_s", "graph_launch_s", "layer_overhead_s", "step_overhead_s", "prefill_fixed_s",
-                    "serial_fraction")},
+                   ("launch_s", "graph_launch_s", "layer_overhead_s", "sub_block_overhead_s", "step_overhead_s",
+                    "prefill_fixed_s", "serial_fraction")},
         "memory": {k: getattr(prof.memory, k) for k in
                    ("non_torch_bytes", "cuda_context_bytes", "activation_multiplier", "margin_fraction",
                     "margin_bytes", "cudagraph_first_bytes", "cudagraph_per_graph_bytes")},

@@ -32,22 +32,24 @@ class ProfileRun:
     heldout: int
 
 
-def run_profile(hardware: str, engine: str, out: str | os.PathLike, model: str = "smollm2-135m",
+def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None, model: str = "smollm2-135m",
                 precision: str | None = None, threads: int | None = None, quick: bool = False,
                 root: str | os.PathLike | None = None, log=print, progress=None) -> ProfileRun:
-    """``progress`` (an ``autocompress.progress.Progress``; else ``log`` gets the log lines): one task
-    over the models, and per model the engine start and each workload (``measure.events``)."""
+    """Measure, fit and write a profile. ``out`` None: for ``hardware cpu``, this machine's profile
+    in the cache (``cost.machine.machine_profile_path``), which ``acc check`` and ``acc build``
+    then use; for a GPU, ``<hardware>-<engine>-measured.json`` here. ``progress`` (an
+    ``autocompress.progress.Progress``; else ``log`` gets the log lines): one task over the engine
+    runs, and per run the engine start and each workload (``measure.events``)."""
     from autocompress.cache import atomic_write_text, cache_root
     from autocompress.progress import as_progress
-    from autocompress.measure.presence import engine_available, hardware_present
     from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.profile import Profile, load_profile
-    from autocompress.parents.resolve import resolve_parent
-    from autocompress.measure.fit import errors, fit_profile, profile_dict, summary
-    from autocompress.measure.calibration import measure_arch
-    from autocompress.measure.calibration import CALIBRATION_ARCHS, HELDOUT_ARCHS, workloads
-    from autocompress.measure.synth import variants
+    from autocompress.cost.machine import machine_profile_path, this_machine
+    from autocompress.cost.profile import PROFILE_DIR, Profile, load_profile
     from autocompress.lang.model import ParentRef, Target
+    from autocompress.measure.calibration import calibration_sets, measure_sets, normalized_rows, workloads
+    from autocompress.measure.fit import errors, fit_profile, profile_dict, ratio_errors, summary
+    from autocompress.measure.presence import engine_available, hardware_present
+    from autocompress.parents.resolve import resolve_parent
 
     progress = as_progress(progress if progress is not None else log)
     log = progress.log
@@ -64,44 +66,58 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike, model: str =
     precision = precision or ("fp32" if device.kind == "cpu" else "bf16")
     if device.kind == "cpu":
         threads = threads or os.cpu_count()  # explicit, so measurements are keyed by the thread count used
+    if out is None:
+        out = machine_profile_path(engine) if device.kind == "cpu" else Path(f"{hardware}-{engine}-measured.json")
     target = Target(hardware, engine, precision, precision)
     kind = "gguf" if model.endswith(".gguf") else ("alias" if "/" not in model and not os.path.isdir(model) else "hf_dir")
     parent = resolve_parent(ParentRef(kind, model), os.getcwd())
-    if kind == "alias":
-        from autocompress.export.gguf_convert import convert_alias
+    tok = _tokenizer_dir(kind, model, parent, progress)
+    from autocompress.families.registry import engine_gap
 
-        tok = convert_alias(model, progress=progress)
-    elif kind == "gguf":
-        from autocompress.export.gguf_convert import convert_gguf
-
-        tok = convert_gguf(parent.path, progress=progress)
-    else:
-        tok = Path(parent.path).parent
-    n_cal, n_held = (4, 4) if quick else (CALIBRATION_ARCHS, HELDOUT_ARCHS)
-    archs = variants(parent.architecture, n_cal + n_held)
+    gap = engine_gap(parent.architecture, engine, device.kind)
+    if gap:
+        raise ProfileRunError(f"cannot profile {model} with {engine} on {hardware}: {gap}")
+    cal, held = calibration_sets(parent.architecture, quick)
     root = Path(root) if root else Path(cache_root()) / "profiling"
-    rows = []
-    with progress.task("profile", total=len(archs), unit="model") as bar:
-        for i, arch in enumerate(archs):
-            rows.append(measure_arch(arch, target, tok, root, threads=threads, log=log, progress=progress))
-            log(f"[profile] {i + 1}/{len(archs)} {arch.name} ({arch.params() / 1e6:.1f}M params) measured")
-            bar.advance()
-    from autocompress.cost.profile import PROFILE_DIR
-
+    log(f"[profile] {len(cal)} calibration + {len(held)} held-out models, each measured between two runs of the "
+        f"parent (interleaved: the host's drift cancels in ratios){' , quick' if quick else ''}")
+    inter, limits, wls = measure_sets(cal + held, target, tok, root, threads, quick, passes=1 if quick else 2,
+                                      log=log, progress=progress)
+    rows = normalized_rows(inter, cal + held, limits, wls)
+    calib, heldout = rows[:len(cal)], rows[len(cal):]
     base = load_profile(PROFILE_DIR / f"{device.kind}-{engine}-default.json", device, engine)  # the fit's start
-    calib, held = [r for rs in rows[:n_cal] for r in rs], [r for rs in rows[n_cal:] for r in rs]
     fitted = fit_profile(calib, base, target, log=log)
-    known = summary(errors(held, fitted, target))
+    known = summary(errors(heldout, fitted, target))
+    known.update({f"ratio.{k}": v for k, v in summary(ratio_errors(heldout, rows[0], inter, fitted, target)).items()})
+    created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
     doc = profile_dict(
-        fitted, f"{hardware}-{engine}-measured", known,
-        f"acc profile --hardware {hardware} --engine {engine}: {n_cal} calibration + {n_held} held-out "
-        f"architectures derived from {model} x {len(workloads())} workloads; {precision}; threads "
-        f"{threads or os.cpu_count()}; {platform.machine()} {os.cpu_count()} cores; known_error is measured on the "
-        "held-out architectures",
-        _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"))
+        fitted, f"{hardware}-{engine}-{this_machine(engine).fingerprint if device.kind == 'cpu' else 'measured'}",
+        known,
+        f"acc profile --hardware {hardware} --engine {engine}{' --quick' if quick else ''}: {len(cal)} calibration + "
+        f"{len(held)} held-out architectures derived from {model} x {len(workloads())} workloads, each measured "
+        f"interleaved with the parent and fitted on drift-normalized values; {precision}; threads {threads}; "
+        f"{platform.machine()} {os.cpu_count()} cores; known_error is measured on the held-out architectures "
+        "(ratio.*: the predicted ratio to the parent against the measured one)", created)
     doc["hardware"] = hardware
+    if device.kind == "cpu":
+        doc["machine"] = this_machine(engine).as_dict()
+    doc["reference"] = {"model": f"{model} (parent)", "peak_rss_bytes": inter.peak_rss[cal[0].name],
+                        "workloads": inter.absolute[cal[0].name]}
+    doc["measurement"] = {"seconds": round(inter.seconds, 1), "runs": len(inter.runs)}
     Profile.from_dict(doc, str(out))  # validates against the schema before anything is written
     atomic_write_text(Path(out), json.dumps(doc, indent=2) + "\n")
     for k, v in known.items():
         log(f"[profile] held-out {k}: median {v['median']:.1%}, p95 {v['p95']:.1%} ({v['samples']} runs)")
-    return ProfileRun(Path(out), doc, n_cal, n_held)
+    return ProfileRun(Path(out), doc, len(cal), len(held))
+
+
+def _tokenizer_dir(kind: str, model: str, parent, progress=None) -> Path:
+    if kind == "alias":
+        from autocompress.export.gguf_convert import convert_alias
+
+        return convert_alias(model, progress=progress)
+    if kind == "gguf":
+        from autocompress.export.gguf_convert import convert_gguf
+
+        return convert_gguf(parent.path, progress=progress)
+    return Path(parent.path).parent

@@ -38,12 +38,14 @@ def _versions(engine: str) -> list[str]:
     return out
 
 
-def workload_dict(w, requests: int | None = None, warmup: int | None = None, iterations: int | None = None) -> dict:
-    """A workload for the worker; ``requests`` (serve) / ``iterations`` (batch) / ``warmup`` override
-    ``engines.RunSettings``."""
+def workload_dict(w, requests: int | None = None, warmup: int | None = None, iterations: int | None = None,
+                  target_se: float | None = None, max_s: float | None = None) -> dict:
+    """A workload for the worker; ``requests`` (serve) / ``iterations`` (batch) / ``warmup`` /
+    ``target_se`` / ``max_s`` override ``engines.base.RunSettings``."""
     d = {"name": w.name, "mode": w.mode, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
          "output_tokens": w.output_tokens, "prefix_cache": w.prefix_cache}
-    for k, v in (("requests", requests), ("warmup", warmup), ("iterations", iterations)):
+    for k, v in (("requests", requests), ("warmup", warmup), ("iterations", iterations), ("target_se", target_se),
+                 ("max_s", max_s)):
         if v is not None:
             d[k] = v
     return d
@@ -72,6 +74,8 @@ def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, 
     req_path.write_text(json.dumps(req, indent=1))
     res_path.unlink(missing_ok=True)
     env = dict(os.environ)
+    if env.pop("ACC_SET_OMP_WAIT_POLICY", None):  # set for the build's own math (cli), not the engine's
+        env.pop("OMP_WAIT_POLICY", None)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     events = WorkerEvents(progress, label, target.engine)

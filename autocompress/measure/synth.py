@@ -7,6 +7,10 @@ homogeneous, DeciLM otherwise), with the parent's tokenizer. ``variants`` draws 
 family of architectures around a parent: hidden widths on the build's grid, removed whole layers,
 removed attention or FFN sub-blocks, per-layer KV heads and FFN widths, so the calibration sees
 the same kinds of models the search produces.
+
+MoE and hybrid parents (Mixtral, Qwen-MoE, NemotronH) get variants from their own search space
+(``plan.space``: global Mamba2 heads and expert width, experts, and per layer only where the
+format allows it), written by their family's exporter (``families``) with random canonical weights.
 """
 
 from __future__ import annotations
@@ -52,12 +56,85 @@ def variant(parent: Architecture, rng: random.Random, name: str) -> Architecture
     return replace(parent, hidden_size=hidden, blocks=tuple(blocks), name=name)
 
 
+def designed(parent: Architecture) -> list[Architecture]:
+    """Architectures that differ from a reference in one property each, and resemble what the
+    search emits (issue 12): the causes of "heterogeneous costs more" measured apart.
+
+    * ``uniform-w<W>``: every layer, full attention, FFN width W (GEMM width alone);
+    * ``alternating``: the same FFN parameters as ``uniform-w<W>`` in two widths, W - d and W + d
+      (distinct shapes alone, same sub-block count and bytes);
+    * ``split``: half the layers' FFNs removed, the others twice as wide (sub-block count alone,
+      same FFN parameters);
+    * ``narrow-many``: every FFN at 64-448 channels, some attention removed, mixed KV heads: what
+      the measured greedy returns under a tight latency bound;
+    * ``shallow-wide``: the parameters of ``uniform-w<W>`` (the deep-narrow one) in fewer layers at
+      the parent's full width, the rest removed (the paper's depth-vs-width effect).
+    """
+    p0 = parent.blocks[0]
+    att, mlp = p0.attention, p0.ffn
+    L, W = parent.num_layers, mlp.width
+    kvs = _kv_choices(parent)
+    half = W // 2 // 64 * 64
+    d = half // 2 // 64 * 64
+
+    def make(name, layers):
+        blocks = tuple(Block(None if kv is None else Attention(att.q_heads, kv, att.head_dim),
+                             None if w is None else MLP(w, mlp.gated, mlp.activation)) for kv, w in layers)
+        return replace(parent, blocks=blocks, name=name)
+    full_kv = att.kv_heads
+    deep = make(f"uniform-w{half}", [(full_kv, half)] * L)
+    per_narrow, per_full = deep.blocks[0].params(parent.hidden_size), parent.blocks[0].params(parent.hidden_size)
+    n_wide = round(L * per_narrow / per_full)
+    out = [deep,
+           make("alternating", [(full_kv, half - d if i % 2 else half + d) for i in range(L)]),
+           make("split", [(full_kv, None if i % 2 else 2 * half) for i in range(L)]),
+           make("shallow-wide", [(full_kv, W)] * n_wide + [(None, None)] * (L - n_wide))]
+    rng = random.Random(12)
+    narrow = [(full_kv if i == 0 else (None if rng.random() < 0.15 else rng.choice(kvs)),
+               rng.choice((64, 128, 192, 256, 320, 384, 448))) for i in range(L)]
+    out.append(make("narrow-many", narrow))
+    return out
+LLAMA_FAMILIES = ("llama", "mistral", "nemotron-nas")  # the DeciLM / Llama writers below
+
+
+def hybrid_variant(parent: Architecture, rng: random.Random, name: str) -> Architecture:
+    """One random architecture of a MoE / hybrid parent's search space (``plan.space``)."""
+    from autocompress.feasibility.variants import Variant, apply
+    from autocompress.ir import MoE
+    from autocompress.plan.options import layer_options
+    from autocompress.plan.space import derive_space
+
+    space = derive_space(parent, "vllm", "cpu")
+    v = Variant(rng.choice(space.mamba_heads) if space.mamba_heads else None,
+                rng.choice(space.expert_widths) if space.expert_widths else None)
+    base = apply(parent, v)
+    opts = layer_options(base, space)
+    pick = [rng.randrange(1, len(o)) if o else 0 for o in opts.attn], [rng.randrange(1, len(o)) if o else 0 for o in opts.ffn]
+    if space.uniform:  # one size per axis: every layer takes layer 0's choice
+        pick = [pick[0][0] if o else 0 for o in opts.attn], [pick[1][0] if o else 0 for o in opts.ffn]
+    blocks = []
+    for l, b in enumerate(base.blocks):
+        m, f = b.mixer, b.ffn
+        if opts.attn[l]:
+            m = replace(m, kv_heads=opts.attn[l][pick[0][l]])
+        if opts.ffn[l]:
+            size = opts.ffn[l][pick[1][l]]
+            f = replace(f, experts=size) if isinstance(f, MoE) else replace(f, width=size)
+        if not space.uniform and (m is None or opts.attn_removable[l]) and opts.ffn_removable[l] and rng.random() < 0.15:
+            f = None  # a removed FFN layer (NemotronH: the whole layer)
+        blocks.append(Block(m, f))
+    if space.uniform and len(blocks) > 2 and rng.random() < 0.3:
+        blocks[-1] = Block(None, None)  # a removed whole layer
+    return replace(base, hidden_size=rng.choice(space.hidden_grid), blocks=tuple(blocks), name=name)
+
+
 def variants(parent: Architecture, n: int, seed: int = 0) -> list[Architecture]:
     """``n`` architectures: the parent itself first, then seeded random variants."""
     rng = random.Random(seed)
     out = [replace(parent, name="parent")]
+    make = variant if parent.family in LLAMA_FAMILIES else hybrid_variant
     while len(out) < n:
-        out.append(variant(parent, rng, f"v{len(out):02d}"))
+        out.append(make(parent, rng, f"v{len(out):02d}"))
     return out
 
 
@@ -65,7 +142,10 @@ def arch_key(arch: Architecture) -> str:
     from autocompress.cache import code_digest, key
 
     parts = [arch.family, arch.vocab_size, arch.hidden_size, arch.num_heads, arch.head_dim, arch.tie_embeddings]
-    parts += [(b.attention.kv_heads if b.attention else 0, b.ffn.width if b.ffn else 0) for b in arch.blocks]
+    if arch.family not in LLAMA_FAMILIES:  # every size of every block (Mamba2 heads, experts, widths)
+        parts.append(repr(arch.blocks))
+    else:
+        parts += [(b.attention.kv_heads if b.attention else 0, b.ffn.width if b.ffn else 0) for b in arch.blocks]
     return key("synth", repr(parts), code_digest("autocompress.measure.synth"))[:16]
 
 
@@ -79,6 +159,8 @@ def synthetic_folder(arch: Architecture, tokenizer_dir, root: Path, seed: int = 
     out = Path(root) / f"synth-{arch_key(arch)}"
     if (out / "config.json").is_file():
         return out
+    if arch.family not in LLAMA_FAMILIES:
+        return _hybrid_folder(arch, tokenizer_dir, out, seed)
     cfg = (llama_config_from_architecture if llama_format(arch) else decilm_config_from_architecture)(arch)
     g = torch.Generator().manual_seed(seed)
     state = {}
@@ -88,3 +170,23 @@ def synthetic_folder(arch: Architecture, tokenizer_dir, root: Path, seed: int = 
         else:
             state[name] = torch.randn(shape, generator=g) * 0.02
     return export_architecture(out, arch, state, tokenizer_dir, overwrite=True)
+
+
+def _hybrid_folder(arch: Architecture, parent_dir, out: Path, seed: int) -> Path:
+    """A MoE / hybrid synthetic model: random canonical weights (``nn.hybrid.param_shapes``), written
+    by the family's exporter with the parent folder's config (``parent_dir`` also gives the tokenizer)."""
+    import torch
+
+    from autocompress.families.base import family_of
+    from autocompress.nn.hybrid import param_shapes
+
+    family = family_of(arch.family)
+    cfg = family.config(parent_dir)
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, shape in param_shapes(replace(cfg, arch=arch)).items():
+        kind = name.rsplit(".", 1)[-1]
+        state[name] = (torch.ones(shape) if kind.endswith("norm") or kind == "norm_f" else
+                       -torch.rand(shape, generator=g) if kind == "A_log" else torch.randn(shape, generator=g) * 0.02)
+    family.export(out, arch, state, parent_dir, {"cfg": cfg}, overwrite=True)
+    return out

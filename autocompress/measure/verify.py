@@ -1,18 +1,20 @@
 """``acc verify OUT spec``: run the contract's workloads on the exported model and judge every bound.
 
     exported folder + spec -> predicted (cost model, named profile)
-                           -> measured (engine worker, fresh process)   when the hardware is here
+                           -> measured, interleaved with the parent   when the hardware is here
                            -> verified contract report (OUT/verify-report.md, .json)
 
-Where the target hardware is this machine and the engine is installed, each workload runs in the
-named engine (``autocompress.measure.worker``: one fresh process, so its peak resident memory
-is the serving process's memory) with the engine settings our export recommends
-(``engines.derive_limits``). Each bound gets the bound, the prediction, the measurement, the
-margin ((bound - measured) / bound, positive = inside) and pass/fail; a bound with a percentile is
-judged on that percentile of the samples. Where the hardware is absent nothing is measured: the
-report says "predicted", names the calibration profile and quotes its measured error, and never
-shows a prediction in a measurement column. Quality retained comes from the build report (held-out
-data, measured at build time).
+Where the target hardware is this machine and the engine is installed, the model, the parent
+(the reference) and, when the build made one, the uniform baseline run in the named engine one
+fresh process at a time, interleaved: parent, model, parent, baseline, parent
+(``measure.interleave``). Each bound gets the bound, the prediction, the absolute measurement,
+the margin and pass/fail, judged on the absolute value; beside them, the measured and predicted
+ratio to the parent (drift cancels in it) and the **host-speed index**: the parent measured now
+over the profile's prediction for it. The profile was fitted to this machine's parent, so the
+index says how much faster or slower the host runs now than at calibration; the verdict
+corrected by it is shown too, and the report says so when the two verdicts differ. Where the
+hardware is absent nothing is measured: the report says "predicted" and quotes the profile's
+measured error, and never shows a prediction in a measurement column.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-METRIC_SAMPLE = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+METRIC_SAMPLE = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
 
 
 class VerifyError(Exception):
@@ -37,19 +39,24 @@ class VerifyResult:
     exit_code: int  # 0: every bound holds (measured, or predicted when not measurable); 1: a bound fails
 
 
-def _measured_value(metric: str, percentile, m: dict) -> float:
-    """The measured value a bound is judged on: the median (no percentile) or that percentile of
-    the per-request samples; throughput is one number per run."""
+def _samples(results: list[dict], workload: str) -> list[dict]:
+    return [s for r in results for m in r["measurements"] if m["workload"] == workload for s in m["samples"]]
+
+
+def _value(metric: str, percentile, inter, name: str, workload: str | None) -> float:
+    """The measured value a bound is judged on: the mean over the runs of each run's median, or the
+    bound's percentile of all samples pooled; memory: the mean peak RSS of the model's processes."""
     from autocompress.measure.engines.base import percentile as pct
 
-    if metric == "throughput":
-        return m["throughput_tok_s"]
-    if percentile is None:
-        return m[METRIC_SAMPLE[metric]]
+    if metric == "memory":
+        return float(inter.peak_rss[name])
+    if percentile is None or metric == "throughput":
+        return inter.absolute[name][workload][METRIC_SAMPLE[metric]]
+    s = _samples(inter.results[name], workload)
     if metric == "tpot":
-        vals = [(s["e2e_s"] - s["ttft_s"]) / (s["output_tokens"] - 1) for s in m["samples"] if s["output_tokens"] > 1]
+        vals = [(x["e2e_s"] - x["ttft_s"]) / (x["output_tokens"] - 1) for x in s if x["output_tokens"] > 1]
     else:
-        vals = [s[METRIC_SAMPLE[metric]] for s in m["samples"]]
+        vals = [x[METRIC_SAMPLE[metric]] for x in s]
     return pct(vals, percentile)
 
 
@@ -57,19 +64,40 @@ def _margin(op: str, bound: float, value: float) -> float:
     return (bound - value) / bound if op == "<=" else (value - bound) / bound
 
 
-def run_verify(out_dir: str, spec_path: str, threads: int | None = None, requests: int | None = None,
-               log=print, measure: bool = True, progress=None) -> VerifyResult:
-    """``progress`` (an ``autocompress.progress.Progress``; else ``log`` gets the log lines): the engine
-    start and each workload's requests, with rate and ETA (``measure.events``)."""
-    from autocompress.cache import atomic_write_text
-    from autocompress.plan.derive import derive
-    from autocompress.measure.engines.base import derive_limits
-    from autocompress.feasibility.exact import evaluate
+def _holds(op: str, bound: float, value: float) -> bool:
+    return value <= bound if op == "<=" else value >= bound
+
+
+def _models(out: Path, spec, base: str, log) -> dict[str, Path]:
+    """model, parent (the reference) and the uniform baseline when the build made one."""
+    from autocompress.export.gguf_convert import weights_folder
     from autocompress.parents.resolve import resolve_parent
-    from autocompress.measure.presence import engine_available, hardware_present
-    from autocompress.measure.runner import run_worker, workload_dict
+
+    models = {"model": out}
+    parent = resolve_parent(spec.parent, base)
+    if parent.has_weights:
+        models["parent"] = weights_folder(spec.parent.value, parent)
+    report = out / "autocompress-report.json"
+    b = json.loads(report.read_text()).get("baseline") if report.is_file() else None
+    if b and (Path(base) / b["output"] / "config.json").is_file():
+        models[f"baseline ({b['strategy']})"] = Path(base) / b["output"]
+    return models
+
+
+def run_verify(out_dir: str, spec_path: str, threads: int | None = None, requests: int | None = None,
+               log=print, measure: bool = True, passes: int = 1, progress=None) -> VerifyResult:
+    """``progress`` (an ``autocompress.progress.Progress``; else ``log`` gets the log lines): the engine
+    runs, and per run the engine start and each workload's requests, with rate and ETA."""
+    from autocompress.cache import atomic_write_text
+    from autocompress.feasibility.exact import evaluate
     from autocompress.lang.api import load_spec
     from autocompress.lang.model import ParentRef
+    from autocompress.measure.engines.base import derive_limits
+    from autocompress.measure.interleave import measure_interleaved
+    from autocompress.measure.presence import engine_available, hardware_present
+    from autocompress.measure.runner import workload_dict
+    from autocompress.parents.resolve import resolve_parent
+    from autocompress.plan.derive import derive
     from autocompress.progress import as_progress
 
     progress = as_progress(progress if progress is not None else log)
@@ -79,65 +107,105 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
         raise VerifyError(f"{out}: no exported model here (config.json missing); run `acc build` first")
     spec = load_spec(spec_path)
     base = os.path.dirname(os.path.abspath(spec_path))
-    model = resolve_parent(ParentRef("hf_dir", str(out.resolve())), base)
-    arch = model.architecture
-    derived = derive(spec, arch, base)
-    ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)
+    archs = {"model": resolve_parent(ParentRef("hf_dir", str(out.resolve())), base).architecture}
+    derived = derive(spec, archs["model"], base)
     prof = derived.profile
     present, where = hardware_present(derived.device)
     eng_ok, eng_why = engine_available(spec.target.engine)
-    measured = None
     env_note = where if present else f"not measured: {where}"
     if present and not eng_ok:
         env_note = f"not measured: {eng_why}"
+    inter = None
+    from autocompress.families.registry import engine_gap
+
+    gap = engine_gap(archs["model"], spec.target.engine, derived.device.kind)
+    if present and eng_ok and gap:
+        eng_ok, env_note = False, f"not measured: {gap}"
     if measure and present and eng_ok:
-        limits = derive_limits(arch, spec.target, spec.workloads, threads=threads)
-        if requests is None and derived.device.kind == "cpu":
-            # this host's memory bandwidth drifts: one request's mean step time has a ~10% CV, so
-            # 8 timed requests (SE ~3.5%) before a bound is judged (docs/decisions.md, 2026-11-30)
-            requests = max(8, 2 * max(w.concurrency for w in spec.workloads))
-        wls = [workload_dict(w, requests=requests) for w in spec.workloads]
-        log(f"[verify] running {len(wls)} workload(s) in {spec.target.engine} on {where} "
-            f"(threads {threads or os.cpu_count()}; load average {os.getloadavg()[0]:.2f})")
-        t = time.perf_counter()
-        measured = run_worker(out, spec.target, wls, limits, out.parent / f".{out.name}.acc" / "verify", threads,
-                              progress=progress, label="verify")
-        measured["seconds"] = round(time.perf_counter() - t, 1)
-        measured["limits"] = limits.__dict__
-    by_wl = {m["workload"]: m for m in (measured or {}).get("measurements", [])}
-    rows = []
-    for c in ev.checks:
-        row = {"name": c.name, "metric": c.metric, "op": c.op, "bound": c.bound, "percentile": c.percentile,
-               "predicted": c.predicted, "predicted_ok": c.ok, "measured": None, "margin": None, "pass": None}
-        if measured is not None:
-            if c.metric == "memory":
-                value = float(measured["peak_rss_bytes"])
-            else:
-                value = _measured_value(c.metric, c.percentile, by_wl[c.workload])
-            row.update(measured=value, margin=_margin(c.op, c.bound, value),
-                       **{"pass": (value <= c.bound) if c.op == "<=" else (value >= c.bound)})
-        rows.append(row)
-    build_report = out / "autocompress-report.json"
-    quality = json.loads(build_report.read_text()).get("quality") if build_report.is_file() else None
-    report = {
-        "schema": "autocompress/verify-report/v1",
-        "spec": os.path.basename(spec_path), "model": os.path.relpath(out.resolve(), Path(spec_path).resolve().parent), "status": "measured" if measured else "predicted",
-        "environment": env_note, "hardware": derived.device.name, "engine": spec.target.engine,
-        "host": f"{platform.machine()}, {os.cpu_count()} cores",
-        "versions": dict(tuple(x) for x in (measured or {}).get("measurements", [{}])[0].get("versions", ()))
-        if measured else {},
-        "profile": {"name": prof.name, "source": prof.source,
-                    "known_error": {k: {"median": v.median, "p95": v.p95} for k, v in (prof.known_error or ())}},
-        "bounds": rows, "measurements": measured, "quality": quality,
-        "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
+        models = _models(out, spec, base, log)
+        for name, folder in models.items():
+            archs.setdefault(name, resolve_parent(ParentRef("hf_dir", str(Path(folder).resolve())), base).architecture)
+        limits = {n: derive_limits(a, spec.target, spec.workloads, threads=threads) for n, a in archs.items()}
+        # sample until each metric's SE is below 2% (or 60 s per workload); at least 8 requests on CPU,
+        # where one request's step time varies ~10% (docs/decisions.md, 2026-11-30)
+        if requests is None:
+            requests = max(8 if derived.device.kind == "cpu" else 4, 2 * max(w.concurrency for w in spec.workloads))
+        wls = [workload_dict(w, requests=requests, iterations=max(3, requests // 4), target_se=0.02, max_s=60.0)
+               for w in spec.workloads]
+        ref = "parent" if "parent" in models else "model"
+        log(f"[verify] {len(wls)} workload(s) in {spec.target.engine} on {where}: {', '.join(models)}, interleaved "
+            f"with the {ref} (threads {threads or os.cpu_count()}; load average {os.getloadavg()[0]:.2f})")
+        inter = measure_interleaved(models, ref, spec.target, wls, limits, out.parent / f".{out.name}.acc" / "verify",
+                                    passes=passes, threads=threads, log=log,
+                                    progress=progress)
+    predicted = {n: evaluate(a, spec, prof, derived.device, derived.limits) for n, a in archs.items()}
+    report = _report(spec, spec_path, out, derived, predicted, inter, env_note)
     from autocompress.report.verify import render_verify_markdown
 
     atomic_write_text(out / "verify-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     atomic_write_text(out / "verify-report.md", render_verify_markdown(report))
     from autocompress.export.card import update_measured
 
-    if measured and update_measured(out, report):  # the model card's measured column
+    if inter and update_measured(out, report):  # the model card's measured column
         log(f"[verify] measured costs written to {out.name}/README.md and config.json")
-    judged = [r["pass"] if measured else r["predicted_ok"] for r in rows]
+    judged = [r["pass"] if inter else r["predicted_ok"] for r in report["bounds"]]
     return VerifyResult(report, 0 if all(judged) else 1)
+
+
+def _index(inter, predicted, workload: str, metric: str) -> float | None:
+    """The host-speed index of one bound: the reference measured now over its prediction."""
+    if inter is None or inter.reference not in predicted or metric == "memory":
+        return None
+    pred = next(c for c in predicted[inter.reference].checks if c.workload == workload and c.metric == metric)
+    return inter.absolute[inter.reference][workload][METRIC_SAMPLE[metric]] / pred.predicted
+
+
+def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_note: str) -> dict:
+    ev = predicted["model"]
+    rows = []
+    for c in ev.checks:
+        row = {"name": c.name, "metric": c.metric, "op": c.op, "bound": c.bound, "percentile": c.percentile,
+               "predicted": c.predicted, "predicted_ok": c.ok, "measured": None, "margin": None, "pass": None}
+        if inter is not None:
+            value = _value(c.metric, c.percentile, inter, "model", c.workload)
+            row.update(measured=value, margin=_margin(c.op, c.bound, value), **{"pass": _holds(c.op, c.bound, value)})
+            idx = _index(inter, predicted, c.workload, c.metric)
+            if idx is not None:
+                corrected = value / idx
+                row.update(host_index=idx, corrected=corrected, pass_corrected=_holds(c.op, c.bound, corrected))
+            if inter.reference != "model" and c.metric != "memory":
+                key = METRIC_SAMPLE[c.metric]
+                pref = next(x for x in predicted[inter.reference].checks if x.name == c.name)
+                row.update(ratio_measured=inter.ratio["model"][c.workload][key],
+                           ratio_predicted=c.predicted / pref.predicted)
+            others = {n: _value(c.metric, c.percentile, inter, n, c.workload) for n in inter.absolute
+                      if n not in ("model", inter.reference)}
+            if others:
+                row["others"] = {n: {"measured": v, "pass": _holds(c.op, c.bound, v),
+                                     "predicted": next(x for x in predicted[n].checks if x.name == c.name).predicted}
+                                 for n, v in others.items()}
+        rows.append(row)
+    build_report = out / "autocompress-report.json"
+    quality = json.loads(build_report.read_text()).get("quality") if build_report.is_file() else None
+    prof = derived.profile
+    from autocompress.cost.profile import origin
+
+    versions = {}
+    if inter is not None:
+        versions = dict(tuple(x) for x in inter.results["model"][0]["measurements"][0].get("versions", ()))
+    return {
+        "schema": "autocompress/verify-report/v2",
+        "spec": os.path.basename(spec_path),
+        "model": os.path.relpath(out.resolve(), Path(spec_path).resolve().parent),
+        "status": "measured" if inter else "predicted", "environment": env_note, "hardware": derived.device.name,
+        "engine": spec.target.engine, "host": f"{platform.machine()}, {os.cpu_count()} cores", "versions": versions,
+        "profile": {"name": prof.name, "source": prof.source, "origin": origin(prof, derived.device)[1],
+                    "known_error": {k: {"median": v.median, "p95": v.p95} for k, v in (prof.known_error or ())}},
+        "bounds": rows, "quality": quality,
+        "measurements": None if inter is None else {
+            "reference": inter.reference, "passes": max(r["pass"] for r in inter.runs) + 1, "seconds": inter.seconds,
+            "runs": inter.runs, "absolute": inter.absolute, "ratio": inter.ratio, "spread": inter.spread,
+            "peak_rss": inter.peak_rss,
+            "load_before": inter.results["model"][0]["load_before"], "load_after": inter.results["model"][-1]["load_after"]},
+        "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }

@@ -59,7 +59,8 @@ def run_request(req: dict) -> dict:
                           output_tokens=w["output_tokens"], prefix_cache=w.get("prefix_cache", 0.0))
             s = RunSettings(warmup=w.get("warmup", settings.warmup),
                             iterations=w.get("iterations", settings.iterations),
-                            requests=w.get("requests", settings.requests))
+                            requests=w.get("requests", settings.requests),
+                            target_se=w.get("target_se", settings.target_se), max_s=w.get("max_s", settings.max_s))
             t0, (busy0, own0) = time.perf_counter(), _cpu_seconds()
             emit("workload", name=wl.name, mode=wl.mode)
             m = eng.run(wl, seed=req.get("seed", 0), settings=s,

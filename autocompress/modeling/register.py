@@ -1,10 +1,12 @@
 """Model classes for the formats autocompress exports.
 
-``configuration_decilm.py`` and ``modeling_decilm.py`` are self-contained: the exporter copies them into
-each checkpoint (``auto_map``), so stock transformers and vLLM load the result with
-``trust_remote_code=True`` without autocompress installed. Importing this package imports nothing
+``configuration_decilm.py`` and ``modeling_decilm.py`` (and the NemotronH-Puzzle pair) are
+self-contained: the exporter copies them into each checkpoint (``auto_map``), so stock
+transformers and vLLM load the result with ``trust_remote_code=True`` without autocompress
+installed. Importing this package imports nothing
 heavy; ``register()`` (which imports torch and transformers) makes ``AutoConfig`` and
-``AutoModelForCausalLM`` resolve ``model_type: nemotron-nas`` in this process without remote code.
+``AutoModelForCausalLM`` resolve ``model_type: nemotron-nas`` and ``nemotron_h_puzzle`` in this process
+without remote code.
 """
 
 from __future__ import annotations
@@ -19,20 +21,33 @@ DECILM_AUTO_MAP = {
 }
 
 
+#: The same for a NemotronH-Puzzle checkpoint (``families.nemotron_h``).
+PUZZLE_FILES = ("configuration_nemotron_h_puzzle.py", "modeling_nemotron_h_puzzle.py")
+PUZZLE_AUTO_MAP = {
+    "AutoConfig": "configuration_nemotron_h_puzzle.NemotronHPuzzleConfig",
+    "AutoModelForCausalLM": "modeling_nemotron_h_puzzle.NemotronHPuzzleForCausalLM",
+}
+
+
 def source_dir() -> Path:
     """Folder holding the self-contained modeling files (for copying into a checkpoint)."""
     return Path(__file__).resolve().parent
 
 
 def register() -> None:
-    """Register DeciLMConfig / DeciLMForCausalLM with the transformers Auto classes (idempotent)."""
+    """Register the DeciLM and NemotronH-Puzzle config / model classes with the transformers Auto
+    classes (idempotent)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from autocompress.modeling.configuration_decilm import DeciLMConfig
+    from autocompress.modeling.configuration_nemotron_h_puzzle import NemotronHPuzzleConfig
     from autocompress.modeling.modeling_decilm import DeciLMForCausalLM
+    from autocompress.modeling.modeling_nemotron_h_puzzle import NemotronHPuzzleForCausalLM
 
     AutoConfig.register(DeciLMConfig.model_type, DeciLMConfig, exist_ok=True)
     AutoModelForCausalLM.register(DeciLMConfig, DeciLMForCausalLM, exist_ok=True)
+    AutoConfig.register(NemotronHPuzzleConfig.model_type, NemotronHPuzzleConfig, exist_ok=True)
+    AutoModelForCausalLM.register(NemotronHPuzzleConfig, NemotronHPuzzleForCausalLM, exist_ok=True)
 
 
-__all__ = ["DECILM_AUTO_MAP", "DECILM_FILES", "register", "source_dir"]
+__all__ = ["DECILM_AUTO_MAP", "DECILM_FILES", "PUZZLE_AUTO_MAP", "PUZZLE_FILES", "register", "source_dir"]

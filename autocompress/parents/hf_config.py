@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from autocompress.ir import MLP, Architecture, Attention, Block, Mamba2, MoE
+from autocompress.ir import MLP, Architecture, Attention, Block, MoE
 from autocompress.parents import config_access as ca
 from autocompress.parents.config_access import Cfg, ConfigError
+from autocompress.parents.nemotron_h_config import nemotron_h
 
 
 def _llama(c: Cfg, name: str) -> Architecture:
@@ -72,7 +73,9 @@ def _qwen_moe(c: Cfg, name: str) -> Architecture:
         raise ConfigError(f"{c.where}: 'mlp_only_layers' must list layer indices in 0..{layers - 1}, "
                           f"got {dense_only!r}", "mlp_only_layers")
     act = ca.act(c, "hidden_act", "silu")
-    experts = c.int("num_experts", 128 if qwen3 else 60)
+    # transformers 5 writes Qwen3-MoE's count as num_local_experts (its attribute_map), 4.x as num_experts
+    key = "num_experts" if c.has("num_experts") or not c.has("num_local_experts") else "num_local_experts"
+    experts = c.int(key, 128 if qwen3 else 60)
     top_k = c.int("num_experts_per_tok", 8 if qwen3 else 4)
     width = c.int("moe_intermediate_size", 768 if qwen3 else 1408)
     shared_width = 0 if qwen3 else c.int("shared_expert_intermediate_size", 5632, minimum=0)
@@ -104,52 +107,6 @@ def _gemma3(c: Cfg, name: str) -> Architecture:
     notes = ["post-attention/post-FFN norms and q/k norms (2 x hidden + 2 x head_dim per layer) not counted",
              f"query_pre_attn_scalar {c.raw.get('query_pre_attn_scalar', 256)}"]
     return ca.arch(c, "gemma3_text", blocks, hidden, heads, hd, True, 131072, name, notes)
-
-
-def _nemotron_h(c: Cfg, name: str) -> Architecture:
-    """NemotronH: one mixer or FFN per layer from ``hybrid_override_pattern``.
-
-    'M' Mamba2, '*' attention, '-' dense MLP (non-gated relu2, ``intermediate_size``), 'E' MoE
-    (non-gated relu2 experts + shared experts).
-    """
-    hidden = c.int("hidden_size")
-    heads = c.int("num_attention_heads")
-    kv = c.int("num_key_value_heads", heads)
-    if c.has("head_dim"):
-        hd = c.int("head_dim")
-    elif c.has("attention_head_dim"):
-        hd = c.int("attention_head_dim")
-    else:
-        hd = hidden // heads
-    layers = c.int("num_hidden_layers")
-    pattern = c.str("hybrid_override_pattern", "")
-    if len(pattern) != layers:
-        raise ConfigError(f"{c.where}: 'hybrid_override_pattern' has {len(pattern)} characters for "
-                          f"num_hidden_layers {layers}", "hybrid_override_pattern")
-    bad = sorted(set(pattern) - set("M*-E"))
-    if bad:
-        raise ConfigError(f"{c.where}: 'hybrid_override_pattern' may hold M (Mamba2), * (attention), "
-                          f"- (MLP) and E (MoE), got {', '.join(map(repr, bad))}", "hybrid_override_pattern")
-    act = ca.act(c, "mlp_hidden_act", "relu2")
-    window = c.int("sliding_window") if c.has("sliding_window") else None
-    blocks = []
-    for ch in pattern:
-        if ch == "M":
-            mamba = Mamba2(c.int("mamba_num_heads"), c.int("mamba_head_dim"), c.int("ssm_state_size"),
-                           c.int("n_groups", 8), c.int("conv_kernel", 4))
-            blocks.append(Block(mamba, None))
-        elif ch == "*":
-            blocks.append(Block(Attention(heads, kv, hd, window), None))
-        elif ch == "-":
-            blocks.append(Block(None, MLP(c.int("intermediate_size"), False, act)))
-        else:
-            shared = c.int("n_shared_experts", 1, minimum=0)
-            blocks.append(Block(None, MoE(c.int("n_routed_experts"), c.int("num_experts_per_tok"),
-                                          c.int("moe_intermediate_size"), shared,
-                                          c.int("moe_shared_expert_intermediate_size") if shared else 0,
-                                          False, act)))
-    notes = ["router score-correction bias (experts per MoE layer) not counted"] if "E" in pattern else []
-    return ca.arch(c, "nemotron_h", blocks, hidden, heads, hd, False, 4096, name, notes)
 
 
 def ffn_mult_to_intermediate_size(ffn_mult: float, hidden: int) -> int:
@@ -212,7 +169,8 @@ FAMILIES: dict[str, Builder] = {
     "qwen2_moe": _qwen_moe,
     "qwen3_moe": _qwen_moe,
     "gemma3_text": _gemma3,
-    "nemotron_h": _nemotron_h,
+    "nemotron_h": nemotron_h,
+    "nemotron_h_puzzle": nemotron_h,  # what acc build exports for a heterogeneous NemotronH
     "nemotron-nas": _decilm,
 }
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from autocompress.catalog.engines import ENGINES, SchedulerLimits, scheduler_defaults
 from autocompress.catalog.hardware import resolve_device
-from autocompress.cost.profile import Profile, load_profile
+from autocompress.cost.profile import Profile, load_profile, origin
 from autocompress.ir import Architecture
 from autocompress.plan.space import SearchSpace, derive_space
 
@@ -52,9 +52,7 @@ def derive(spec, parent: Architecture, base_dir: str = ".") -> Derived:
     space = derive_space(parent, t.engine, device.kind, axes)
     rows = [
         ("device", device.name, device.source),
-        ("cost-model profile", profile.name,
-         "measured in the engine" if profile.source == "measured" else
-         "built-in default, never measured on this target: predictions carry no measured error"),
+        ("cost-model profile", profile.name, origin(profile, device)[1]),
     ]
     if t.engine == "vllm":
         rows.append(("max_num_seqs", str(limits.max_num_seqs), "the contract's largest concurrency (vLLM's default "

@@ -7,26 +7,30 @@ sub-block everywhere. Index 0 is "removed"; the last option is the parent's own 
 
 * attention: (0, each legal KV-head count up to the parent's, ascending);
 * FFN: (0, each multiple of the FFN step up to the parent's width, the parent's width last);
-* a layer without that sub-block in the parent has no options (``()``).
+  a MoE layer: (0, each legal routed-expert count up to the parent's, ascending);
+* a layer without that sub-block in the parent has no options (``()``); Mamba2 mixers have none
+  (their heads are global: ``feasibility.variants``).
 
 Removability (``attn_removable`` / ``ffn_removable``): a sub-block may be removed when the axes
 allow it (attention: the ``attention`` or ``depth`` axis; FFN: ``ffn`` or ``depth``), except
 layer 0's attention under vLLM (``SearchSpace.first_attention_fixed``: vLLM's DeciLM loader
-needs the first executed sub-block to be an attention).
+needs the first executed sub-block to be an attention) and the attention NemotronH keeps
+(``SearchSpace.kept_attention``). In a uniform space (Mixtral, Qwen-MoE) a half-removed layer is
+legal for the relaxation (a lower bound) but never a candidate: the uniform grid removes whole layers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autocompress.ir import MLP, Architecture, Attention
+from autocompress.ir import MLP, Architecture, Attention, MoE
 from autocompress.plan.space import SearchSpace
 
 
 @dataclass(frozen=True)
 class LayerOptions:
     attn: tuple[tuple[int, ...], ...]  # per layer: (0, KV heads, ...); () when the parent has no attention there
-    ffn: tuple[tuple[int, ...], ...]  # per layer: (0, width, ...); () when the parent has no dense MLP there
+    ffn: tuple[tuple[int, ...], ...]  # per layer: (0, width or experts, ...); () without an FFN there
     attn_removable: tuple[bool, ...]
     ffn_removable: tuple[bool, ...]
 
@@ -36,7 +40,7 @@ class LayerOptions:
 
 
 def attention_removable(space: SearchSpace, layer: int) -> bool:
-    if layer == 0 and space.first_attention_fixed:
+    if (layer == 0 and space.first_attention_fixed) or layer in space.kept_attention:
         return False
     return space.allows("attention") or space.allows("depth")
 
@@ -58,6 +62,13 @@ def kv_options(kv_heads: int, space: SearchSpace) -> tuple[int, ...]:
     return tuple(k for k in sorted(space.kv_choices or (kv_heads,)) if k <= kv_heads)
 
 
+def expert_options(moe: MoE, space: SearchSpace) -> tuple[int, ...]:
+    """Legal routed-expert counts of a MoE layer, ascending, the parent's last (at least top-k)."""
+    if not space.allows("experts"):
+        return (moe.experts,)
+    return tuple(sorted({e for e in space.expert_choices if moe.top_k <= e <= moe.experts} | {moe.experts}))
+
+
 def layer_options(parent: Architecture, space: SearchSpace) -> LayerOptions:
     attn, ffn, ra, rf = [], [], [], []
     for l, b in enumerate(parent.blocks):
@@ -69,6 +80,9 @@ def layer_options(parent: Architecture, space: SearchSpace) -> LayerOptions:
             ra.append(False)
         if isinstance(b.ffn, MLP):
             ffn.append((0,) + ffn_widths(b.ffn.width, space))
+            rf.append(ffn_removable(space))
+        elif isinstance(b.ffn, MoE):
+            ffn.append((0,) + expert_options(b.ffn, space))
             rf.append(ffn_removable(space))
         else:
             ffn.append(())

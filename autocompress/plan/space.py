@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autocompress.ir import Architecture, Attention, MLP, MoE
+from autocompress.ir import Architecture, Attention, Mamba2, MLP, MoE
 
 DEFAULT_AXES = ("hidden", "kv_heads", "ffn", "depth", "attention")
 HIDDEN_POINTS = 5  # the sweep solves one LP per point; five keep `acc check` well under two seconds
@@ -25,6 +25,11 @@ class SearchSpace:
     first_attention_fixed: bool  # vLLM DeciLM: layer 0's first executed sub-block must be attention
     min_keep: float  # at least this share of the parent's non-embedding parameters stays
     derivation: tuple[tuple[str, str, str], ...]  # (setting, value, why)
+    # what the parent family's export format allows (``families.registry``); the defaults are Llama's
+    uniform: bool = False  # one size per axis for every layer (whole layers removed or kept): the uniform grid
+    mamba_heads: tuple[int, ...] = ()  # global Mamba2 head counts (descending, the parent's first)
+    expert_widths: tuple[int, ...] = ()  # global expert widths (descending, the parent's first)
+    kept_attention: tuple[int, ...] = ()  # layers whose attention must stay (NemotronH: the first one)
 
     def allows(self, axis: str) -> bool:
         return axis in self.axes
@@ -38,16 +43,33 @@ def _pow2_floor(x: float) -> int:
 
 
 def default_axes(parent: Architecture) -> tuple[str, ...]:
+    from autocompress.families.registry import entry
+
     axes = list(DEFAULT_AXES)
     if any(isinstance(b.ffn, MoE) for b in parent.blocks):
         axes.append("experts")
+    fam = entry(parent.family)
+    if fam is not None and "mamba" in fam.global_sizes and any(isinstance(b.mixer, Mamba2) for b in parent.blocks):
+        axes.append("mamba")
     return tuple(axes)
+
+
+def _global_grid(full: int, step: int) -> tuple[int, ...]:
+    """The parent's size, 3/4 and 1/2 of it, each a multiple of ``step`` (Minitron prunes Mamba heads
+    and FFN widths by up to ~50%)."""
+    pts = [full] + [max(step, round(full * f / step) * step) for f in (0.75, 0.5)]
+    return tuple(sorted({p for p in pts if p <= full}, reverse=True))
 
 
 def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tuple[str, ...] | None = None,
                  min_keep: float = 0.25) -> SearchSpace:
     """Legal sizes for ``parent`` on this engine / device. Formulas and sources in the comments."""
+    from autocompress.families.registry import LLAMA, entry
+
     axes = tuple(axes) if axes else default_axes(parent)
+    fam = entry(parent.family)  # what the family's export format allows (None: acc check only)
+    if fam is not None:
+        axes = tuple(a for a in axes if a not in fam.fixed_axes)
     why: list[tuple[str, str, str]] = []
     d = parent.hidden_size
     # Hidden: multiples of 64 (tensor-core tiles and vLLM's CPU kernels are 16/32/64-wide), down
@@ -85,10 +107,34 @@ def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tupl
         step = max(1, e_max // 16)
         experts = tuple(sorted({e for e in range(e_max, k - 1, -step)} | {e_max}, reverse=True))
         why.append(("expert choices", ", ".join(map(str, experts)), f"steps of {step} from {e_max} down to top-k {k}"))
-    first = engine == "vllm"
+    if fam is not None and fam is not LLAMA:
+        for axis, scope, reason in fam.limits:
+            why.append((f"{fam.name}: {axis}", scope, reason))
+    mamba_heads: tuple[int, ...] = ()
+    m0 = next((b.mixer for b in parent.blocks if isinstance(b.mixer, Mamba2)), None)
+    if fam is not None and m0 is not None and "mamba" in fam.global_sizes and "mamba" in axes:
+        mamba_heads = _global_grid(m0.heads, m0.groups)
+        why.append(("Mamba2 head choices", ", ".join(map(str, mamba_heads)),
+                    f"multiples of the {m0.groups} groups from the parent's {m0.heads} down to half; one count "
+                    "for every Mamba2 layer, ranked within each group"))
+    expert_widths: tuple[int, ...] = ()
+    if fam is not None and moes and "expert_width" in fam.global_sizes and "ffn" in axes:
+        w0 = max(m.expert_width for m in moes)
+        expert_widths = _global_grid(w0, min(ffn_step, w0))
+        why.append(("expert width choices", ", ".join(map(str, expert_widths)),
+                    f"multiples of the FFN step {min(ffn_step, w0)} from the parent's {w0} down to half; one width "
+                    "for every expert of every MoE layer"))
+    kept_attention: tuple[int, ...] = ()
+    if fam is not None and fam.name == "nemotron_h" and parent.attention_layers():
+        kept_attention = (parent.attention_layers()[0],)
+        why.append(("attention kept", f"layer {kept_attention[0]}", "an export without attention layers has no "
+                    "KV cache, which transformers' NemotronH cache (and generate) cannot do without"))
+    first = engine == "vllm" and (fam is None or fam is LLAMA)
     if first:
         why.append(("layer 0 attention", "kept",
                     "vLLM's DeciLM loader crashes when layer 0's first executed sub-block is not attention"))
     why.append(("minimum kept", f"{min_keep:.0%} of non-embedding parameters",
                 "below this distillation cannot recover quality at our token budgets (Minitron, Sheared-LLaMA)"))
-    return SearchSpace(grid, ffn_step, kvs, experts, axes, first, min_keep, tuple(why))
+    uniform = fam is not None and fam.uniform
+    return SearchSpace(grid, ffn_step, kvs, experts, axes, first, min_keep, tuple(why), uniform, mamba_heads,
+                       expert_widths, kept_attention)

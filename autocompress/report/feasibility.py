@@ -58,13 +58,18 @@ def evaluation_dict(ev) -> dict:
     }
 
 
-def build_report(spec, path: str, source: str, parent, derived, feas, importance_file: dict | None = None) -> dict:
+def build_report(spec, path: str, source: str, parent, derived, feas, importance_file: dict | None = None,
+                 variants: tuple = ()) -> dict:
     """The report dict (schema ``specs/feasibility-report.schema.json``). ``importance_file``:
-    ``{"file", "sha256"}`` of the importance file the objective used, None for the prior."""
+    ``{"file", "sha256"}`` of the importance file the objective used, None for the prior.
+    ``variants``: the global sizes swept (``feasibility.variants``), when the parent has any."""
     import hashlib
+
+    from autocompress.cost.profile import origin
 
     t = spec.target
     prof = derived.profile
+    where = origin(prof, derived.device)
     known = None
     if prof.known_error:
         known = {k: {"median": _r(v.median), "p95": _r(v.p95)} for k, v in prof.known_error}
@@ -79,7 +84,7 @@ def build_report(spec, path: str, source: str, parent, derived, feas, importance
                    "kv_precision": t.kv_precision, "tensor_parallel": t.tensor_parallel,
                    "memory_limit_bytes": t.memory_limit_bytes},
         "cost_model": {"profile": prof.name, "source": prof.source, "known_error": known,
-                       "kind": "predicted"},
+                       "kind": "predicted", "origin": where[0], "origin_note": where[1]},
         "derived": [{"setting": a, "value": b, "why": c} for a, b, c in derived.rows],
         "importance": "prior" if importance_file is None else {"source": "file", **importance_file},
         "verdict": feas.verdict,
@@ -95,6 +100,8 @@ def build_report(spec, path: str, source: str, parent, derived, feas, importance
         "serve_with": {"max_num_seqs": derived.limits.max_num_seqs,
                        "max_num_batched_tokens": derived.limits.max_num_batched_tokens} if t.engine == "vllm" else None,
     }
+    if variants:
+        report["variants"] = [{**v, "importance_kept": _r(v["importance_kept"])} for v in variants]
     if feas.start is not None:
         report["start"] = {**evaluation_dict(feas.start.evaluation),
                            "architecture": arch_report(feas.start.evaluation.arch, feas.start.importance)}
@@ -164,6 +171,7 @@ def render_markdown(report: dict, plots: list[dict] | None = None) -> str:
            "measured error " + ", ".join(f"{k} median {v['median']:.1%} / p95 {v['p95']:.1%}"
                                          for k, v in cm["known_error"].items()))
     out.append(f"- **All numbers are predicted** by cost-model profile `{cm['profile']}` ({cm['source']}; {err}).")
+    out.append(f"- **Profile origin**: {cm['origin_note']}.")
     imp = report["importance"]
     out.append("- **Objective**: the importance prior (no build state read)" if imp == "prior" else
                f"- **Objective**: measured importance from `{imp['file']}` (sha256 {imp['sha256'][:12]}...)")
@@ -193,6 +201,13 @@ def render_markdown(report: dict, plots: list[dict] | None = None) -> str:
         else:
             out += ["", "Uniform baseline: **no uniform architecture meets this contract**; only a heterogeneous "
                         "one does."]
+    if report.get("variants"):
+        out += ["", "### Global sizes (one value for every layer: the export format's)", "",
+                "| Mamba2 heads | expert width | verdict | importance kept | |", "|---|---|---|---|---|"]
+        dash = lambda v: "-" if v is None else f"{v}"  # noqa: E731
+        out += [f"| {dash(v['mamba_heads'])} | {dash(v['expert_width'])} | {v['verdict']} | "
+                f"{'-' if v['importance_kept'] is None else format(v['importance_kept'], '.3f')} | "
+                f"{'chosen' if v['chosen'] else ''} |" for v in report["variants"]]
     floors = report["parent_costs"]["decode_floor_s"]
     out += ["", "### Decode floor (bytes that must move / bandwidth, parent)", ""]
     out += [f"- {w}: {fmt_value('tpot', v)} per decode step" for w, v in floors.items()]

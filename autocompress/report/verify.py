@@ -2,7 +2,9 @@
 
 Measured and predicted numbers sit in separate columns; when nothing was measured the measured
 columns are absent and the heading says "predicted", with the calibration profile and its known
-error, so a prediction is never read as a measurement.
+error, so a prediction is never read as a measurement. A measured report also shows each bound's
+ratio to the parent (measured interleaved with it, so the host's drift cancels) against the
+predicted ratio, and the verdict corrected by the host-speed index.
 """
 
 from __future__ import annotations
@@ -12,6 +14,14 @@ from autocompress.report.feasibility import fmt_value
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _yes(ok) -> str:
+    return "-" if ok is None else "yes" if ok else "**NO**"
 
 
 def render_verify_markdown(r: dict) -> str:
@@ -25,31 +35,41 @@ def render_verify_markdown(r: dict) -> str:
     out = [f"## autocompress verify: `{r['spec']}`: {head}", "",
            f"- **Model**: `{r['model']}`",
            f"- **Target**: {r['hardware']} with {r['engine']}; {r['environment']}",
-           f"- **Predictions**: {calib}"]
+           f"- **Predictions**: {calib}; {prof.get('origin', '')}"]
     if measured:
         m = r["measurements"]
         vers = ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
         out += [f"- **Measured on**: {r['host']}; {vers}; load average before {m['load_before'][0]:.2f}, after "
-                f"{m['load_after'][0]:.2f}; engine start {m['load_s']:.0f} s, all runs {m['seconds']:.0f} s",
-                "", "| bound | contract | predicted | measured | margin | pass |", "|---|---|---|---|---|---|"]
+                f"{m['load_after'][0]:.2f}; {len(m['runs'])} engine runs in {m['seconds']:.0f} s, interleaved with "
+                f"the {m['reference']} ({m['passes']} pass{'es' if m['passes'] > 1 else ''})", "",
+                "| bound | contract | predicted | measured | margin | pass | ratio to parent: measured / predicted "
+                "| host index | corrected | pass (corrected) |", "|---|---|---|---|---|---|---|---|---|---|"]
+        differ = []
         for b in r["bounds"]:
+            corr = fmt_value(b["metric"], b["corrected"]) if b.get("corrected") is not None else "-"
             out.append(f"| {b['name']} | {b['op']} {fmt_value(b['metric'], b['bound'])} | "
                        f"{fmt_value(b['metric'], b['predicted'])} | **{fmt_value(b['metric'], b['measured'])}** | "
-                       f"{_pct(b['margin'])} | {'yes' if b['pass'] else '**NO**'} |")
-        out += ["", "Margin = (bound - measured) / bound for upper bounds, (measured - bound) / bound for throughput; "
-                    "memory is the serving process's peak resident memory (VmHWM). Latencies are medians over the "
-                    "timed requests unless the bound names a percentile.", "",
-                "| workload | requests | TTFT median | TPOT median | E2E median | throughput | other processes |",
-                "|---|---|---|---|---|---|---|"]
-        for w in m["measurements"]:
-            other = w.get("other_cpu")
-            out.append(f"| {w['workload']} | {w['n']} (+{w['warmup']} warm-up) | {w['ttft_s'] * 1e3:.1f} ms | "
-                       f"{w['tpot_s'] * 1e3:.2f} ms | {w['e2e_s']:.3f} s | {w['throughput_tok_s']:.1f} tok/s | "
-                       f"{'-' if other is None else f'{other:.2f} cores'} |")
-        busy = max((w.get("other_cpu") or 0.0) for w in m["measurements"])
-        if busy > 0.05:
-            out += ["", f"**Warning**: other processes used up to {busy:.2f} CPU cores while the workloads ran; on a "
-                        "shared host the measured latencies are pessimistic. Re-run `acc verify` on an idle machine."]
+                       f"{_pct(b['margin'])} | {_yes(b['pass'])} | {_ratio(b.get('ratio_measured'))} / "
+                       f"{_ratio(b.get('ratio_predicted'))} | {_ratio(b.get('host_index'))} | {corr} | "
+                       f"{_yes(b.get('pass_corrected'))} |")
+            if b.get("pass_corrected") is not None and b["pass_corrected"] != b["pass"]:
+                differ.append(b["name"])
+        out += ["", "Judged on the absolute measurement. Host index = the parent measured now / the profile's "
+                    "prediction for it (> 1: the host runs slower than at calibration); corrected = measured / "
+                    "index. Ratios: each model over the mean of the parent runs before and after it."]
+        if differ:
+            out += ["", f"**The corrected verdict differs** for {', '.join(differ)}: the host's speed now, not the "
+                        "model, decides it. Re-run `acc verify` when the host is quiet."]
+        others = sorted({n for b in r["bounds"] for n in (b.get("others") or {})})
+        if others:
+            out += ["", "Measured in the same run (interleaved, same engine settings):", "",
+                    "| bound | model | " + " | ".join(others) + " |", "|---|---|" + "---|" * len(others)]
+            for b in r["bounds"]:
+                cells = [f"{fmt_value(b['metric'], b['others'][n]['measured'])} ({_yes(b['others'][n]['pass'])})"
+                         for n in others]
+                out.append(f"| {b['name']} | {fmt_value(b['metric'], b['measured'])} | " + " | ".join(cells) + " |")
+        out += ["", "Memory is the serving process's peak resident memory (VmHWM). Latencies: the mean over runs of "
+                    "each run's median, unless the bound names a percentile (all samples pooled)."]
     else:
         out += ["", f"Nothing was measured ({r['environment'].removeprefix('not measured: ')}). "
                     "The numbers below are predictions.", "",

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -44,16 +43,14 @@ def test_the_check_digest_covers_the_grammar_and_schemas(tmp_path):
     assert cache.code_digest("autocompress.check", root=str(pkg / "autocompress")) != before
 
 
-def test_an_unchanged_tree_gives_the_same_digest_and_the_check_is_fast():
-    t = time.perf_counter()
+def test_an_unchanged_tree_gives_the_same_digest():
+    """(Its cost, paid by every `acc check`, is measured by bench/check_latency.py, not here.)"""
     cache.code_digest.cache_clear()
     cache._closure.cache_clear()
     a = cache.code_digest("autocompress.check")
-    cold = time.perf_counter() - t
     cache.code_digest.cache_clear()
     cache._closure.cache_clear()
-    assert cache.code_digest("autocompress.check") == a
-    assert cold < 0.25  # paid by every `acc check`, cached or not (budget: 0.5 s for a repeated check)
+    assert cache.code_digest("autocompress.check") == a and len(a) == 64
 
 
 def _copy(tmp_path: Path) -> Path:

@@ -183,3 +183,30 @@ def test_relaxation_is_exact_with_a_serial_fraction():
                 assert got[c.name] == pytest.approx(c.ratio, rel=1e-6), (c.name, arch)
                 n += 1
     assert n >= 4 * 3 * 3
+
+
+def test_relaxation_is_exact_with_a_sub_block_overhead():
+    """A per-sub-block cost (``sub_block_overhead_s``) sits on the keep variables: integer points
+    still equal the exact model, and removing a sub-block saves exactly that much per step."""
+    from dataclasses import replace
+
+    s = setup(SERVE, tiny_arch(5))
+    s = replace(s, profile=replace(s.profile, kernel=replace(s.profile.kernel, sub_block_overhead_s=4e-4)))
+    n = 0
+    for arch, got, ev in _relax_vs_exact(s, seed=4, n=3):
+        for c in ev.checks:
+            if c.metric != "memory":
+                assert got[c.name] == pytest.approx(c.ratio, rel=1e-6), (c.name, arch)
+                n += 1
+    assert n >= 4 * 3 * 3
+    from autocompress.cost.latency import predict_workload
+
+    cpu = setup(spec_for(serve("ask", 1, inp=128, out=32, tpot=0.1), hardware="cpu", precision="fp32"), tiny_arch(5))
+    with_oh = replace(cpu.profile, kernel=replace(cpu.profile.kernel, sub_block_overhead_s=4e-4))
+    full = predict_workload(cpu.arch, cpu.spec.target, cpu.spec.workloads[0], with_oh, cpu.device, cpu.limits)
+    plain = predict_workload(cpu.arch, cpu.spec.target, cpu.spec.workloads[0], cpu.profile, cpu.device, cpu.limits)
+    assert full.tpot_s - plain.tpot_s == pytest.approx(4e-4 * 2 * cpu.arch.num_layers, rel=1e-6)  # eager decode
+    gpu_oh = replace(s.profile, kernel=replace(s.profile.kernel, sub_block_overhead_s=0.0))
+    graphed = predict_workload(s.arch, s.spec.target, s.spec.workloads[0], s.profile, s.device, s.limits)
+    assert graphed.tpot_s == predict_workload(s.arch, s.spec.target, s.spec.workloads[0], gpu_oh, s.device,
+                                              s.limits).tpot_s  # a full CUDA graph has no per-module cost

@@ -47,7 +47,22 @@ def test_batch_measurement_follows_the_definitions(engine):
     eng, _ = engine
     m = eng.run(BATCH, seed=0, settings=RunSettings(warmup=1, iterations=3))
     ek.check_consistent(m, BATCH, requests=3)
-    assert "max_tokens=1" in m.method
+    assert "submitted at once" in m.method  # TTFT and E2E from one run: E2E >= TTFT by construction
+    assert all(s.e2e_s > s.ttft_s > 0 for s in m.samples)
+
+
+def test_sampling_follows_the_measurement_noise(engine):
+    """With ``target_se`` the count is not a constant: more samples than the minimum when noisy,
+    stopped at the cap, and every metric's SE below the target when it stops early."""
+    from autocompress.measure.engines.base import relative_se
+
+    eng, _ = engine
+    tight = eng.run(SERVE, seed=5, settings=RunSettings(warmup=0, requests=2, target_se=1e-9, max_s=3.0))
+    assert tight.n > 2 and tight.elapsed_s >= 3.0 * 0.9  # the SE never reaches 1e-9: the cap stops it
+    loose = eng.run(SERVE, seed=5, settings=RunSettings(warmup=0, requests=3, target_se=0.5, max_s=60.0))
+    assert loose.n >= 3
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        assert relative_se([getattr(s, metric) for s in loose.samples]) <= 0.5
 
 
 def test_serve_tokens_equal_transformers_greedy(engine):

@@ -95,3 +95,61 @@ def test_relative_model_path_is_taken_from_the_working_directory(tmp_path, cache
     monkeypatch.chdir(tmp_path)  # the model folder is relative to here, not to the spec's folder
     assert main(["verify", "model", "specs/h100.acspec"]) in (0, 1)
     assert (tmp_path / "model" / "verify-report.md").is_file()
+
+
+def test_measured_verify_reports_ratios_the_host_index_and_the_corrected_verdict(tmp_path, cache, monkeypatch):
+    """The measured path with a stand-in engine: the model, the parent and the baseline interleaved;
+    each bound judged on the absolute value, with the ratio to the parent, the host index and the
+    corrected verdict beside it (here the host runs 1.5x slower than at calibration: the absolute
+    TPOT misses the bound, the corrected one meets it, and the report says the two differ)."""
+    import autocompress.measure.interleave as inter
+    import autocompress.measure.presence as presence
+    import autocompress.measure.verify as verify
+    from autocompress.cost.latency import predict_workload
+    from autocompress.lang.api import load_spec
+    from autocompress.plan.derive import derive
+
+    out = _exported(tmp_path)
+    base = tmp_path / "model-uniform"
+    base.mkdir()
+    (base / "config.json").write_text((out / "config.json").read_text())
+    report = json.loads((out / "autocompress-report.json").read_text())
+    report["baseline"] = {"strategy": "uniform", "output": "model-uniform"}
+    (out / "autocompress-report.json").write_text(json.dumps(report))
+    spec_path = tmp_path / "cpu.acspec"
+    spec_path.write_text(SPEC.format(hw="cpu", prec="fp32", mem="3 GiB", tpot="70 ms"))
+    spec = load_spec(str(spec_path))
+    parent = resolve_parent(spec.parent, str(tmp_path))
+    d = derive(spec, parent.architecture, str(tmp_path))
+    pred_parent = predict_workload(parent.architecture, spec.target, spec.workloads[0], d.profile, d.device,
+                                   d.limits).tpot_s
+    slow, true = 1.5, {"model": 0.06, "parent": pred_parent, "model-uniform": 0.05}
+    from autocompress.export.decilm import llama_config_from_architecture
+
+    pdir = tmp_path / "parent"
+    pdir.mkdir()
+    (pdir / "config.json").write_text(json.dumps({**llama_config_from_architecture(parent.architecture),
+                                                  "model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+
+    def run(folder, limits):
+        v = true[folder.name] * slow
+        return {"measurements": [{"workload": "chat", "ttft_s": v * 4, "tpot_s": v, "e2e_s": v * 67,
+                                  "throughput_tok_s": 64 / (v * 67), "other_cpu": 0.0, "samples": [],
+                                  "versions": [["vllm", "0.32.0"]]}],
+                "peak_rss_bytes": 2 << 30, "load_before": [0.5], "load_after": [0.6]}
+    real = inter.measure_interleaved
+    monkeypatch.setattr(inter, "measure_interleaved", lambda *a, **k: real(*a, **{**k, "run": run}))
+    monkeypatch.setattr(presence, "engine_available", lambda e: (True, "vllm"))
+    monkeypatch.setattr("autocompress.export.gguf_convert.weights_folder", lambda value, p: tmp_path / "parent")
+    monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log: {
+        "model": out, "parent": pdir, "baseline (uniform)": base})
+    res = verify.run_verify(str(out), str(spec_path), log=lambda m: None)
+    tpot = next(b for b in res.report["bounds"] if b["metric"] == "tpot")
+    assert tpot["measured"] == pytest.approx(0.06 * slow) and tpot["pass"] is False  # 90 ms > 70 ms, absolute
+    assert tpot["host_index"] == pytest.approx(slow) and tpot["corrected"] == pytest.approx(0.06)
+    assert tpot["pass_corrected"] is True
+    assert tpot["ratio_measured"] == pytest.approx(0.06 / pred_parent)
+    assert tpot["others"]["baseline (uniform)"]["measured"] == pytest.approx(0.05 * slow)
+    assert res.exit_code == 1  # judged on the absolute measurement
+    md = (out / "verify-report.md").read_text()
+    assert "**The corrected verdict differs** for chat.tpot" in md and "| baseline (uniform) |" in md

@@ -38,6 +38,11 @@ MINIMAL = {
     "nemotron_h": tiny("nemotron_h", hybrid_override_pattern="M*-E", mamba_num_heads=4, mamba_head_dim=8,
                        ssm_state_size=16, n_groups=2, conv_kernel=4, n_routed_experts=4, num_experts_per_tok=2,
                        moe_intermediate_size=16, n_shared_experts=1, moe_shared_expert_intermediate_size=32),
+    "nemotron_h_puzzle": {**tiny("nemotron_h_puzzle", mamba_num_heads=4, mamba_head_dim=8, ssm_state_size=16,
+                                 n_groups=2, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                 moe_shared_expert_intermediate_size=32), "block_configs": [
+        {"block_type": "mamba"}, {"block_type": "attention", "num_key_value_heads": 1},
+        {"block_type": "mlp", "intermediate_size": 64}, {"block_type": "moe", "n_routed_experts": 3}]},
     "nemotron-nas": {**tiny("nemotron-nas"), "block_configs": [
         {"attention": {"n_heads_in_group": 2}, "ffn": {"ffn_mult": 1.0}}] * 4},
 }
@@ -179,6 +184,37 @@ def test_nemotron_h_pattern_errors():
         architecture_from_config(cfg)
 
 
+def test_nemotron_h_as_transformers_5_writes_it():
+    """transformers 5.19 ``save_pretrained`` writes ``layers_block_type`` (new names) and neither
+    ``num_hidden_layers`` nor ``hybrid_override_pattern``; the legacy names are accepted too."""
+    cfg = copy.deepcopy(MINIMAL["nemotron_h"])
+    del cfg["num_hidden_layers"], cfg["hybrid_override_pattern"]
+    cfg["layers_block_type"] = ["linear_attention", "full_attention", "mlp", "moe"]
+    assert architecture_from_config(cfg) == architecture_from_config(MINIMAL["nemotron_h"])
+    cfg["layers_block_type"] = ["mamba", "attention", "mlp", "moe"]
+    assert architecture_from_config(cfg).blocks == architecture_from_config(MINIMAL["nemotron_h"]).blocks
+    cfg["num_hidden_layers"] = 7  # transformers ignores a disagreeing count: the list wins
+    assert architecture_from_config(cfg).num_layers == 4
+    cfg["layers_block_type"] = ["linear_attention", "conv"]
+    with pytest.raises(ConfigError, match="'layers_block_type' may hold linear_attention .* got 'conv'"):
+        architecture_from_config(cfg)
+
+
+def test_nemotron_h_puzzle_block_configs():
+    arch = architecture_from_config(MINIMAL["nemotron_h_puzzle"])
+    m, a, mlp, moe = arch.blocks
+    assert arch.family == "nemotron_h" and m.mixer == Mamba2(4, 8, 16, 2, 4)
+    assert a.mixer == Attention(4, 1, 16) and mlp.ffn == MLP(64, gated=False, activation="relu2")
+    assert moe.ffn == MoE(3, 2, 16, 1, 32, gated=False, activation="relu2")
+    cfg = copy.deepcopy(MINIMAL["nemotron_h_puzzle"])
+    cfg["block_configs"][0]["mamba_num_heads"] = 2
+    with pytest.raises(ConfigError, match=r"block_configs\[0\] overrides mamba_num_heads; Mamba2 sizes are global"):
+        architecture_from_config(cfg)
+    cfg["block_configs"][0] = {"block_type": "ssm"}
+    with pytest.raises(ConfigError, match="block_type may be mamba, attention, mlp or moe, got 'ssm'"):
+        architecture_from_config(cfg)
+
+
 # ---- Qwen / Mixtral MoE -----------------------------------------------------------------------
 
 def test_qwen_moe_sparse_step_and_dense_layers():
@@ -187,6 +223,12 @@ def test_qwen_moe_sparse_step_and_dense_layers():
     ffns = [b.ffn for b in architecture_from_config(cfg).blocks]
     assert [type(f).__name__ for f in ffns] == ["MLP", "MoE", "MLP", "MLP"]  # (i+1) % 2 == 0, minus layer 3
     assert ffns[0] == MLP(128) and ffns[1] == MoE(8, 2, 32)
+
+
+def test_qwen3_moe_as_transformers_5_writes_it():
+    cfg = copy.deepcopy(MINIMAL["qwen3_moe"])
+    cfg["num_local_experts"] = cfg.pop("num_experts")  # Qwen3MoeConfig.attribute_map
+    assert architecture_from_config(cfg).blocks[0].ffn == MoE(8, 2, 32)
 
 
 def test_qwen2_moe_shared_expert():
@@ -271,7 +313,7 @@ def test_decilm_errors_name_the_block(block, message):
      "config.json: 'tie_word_embeddings' must be true or false, got 'yes'"),
     ({"model_type": "gpt2"}, "model_type",
      "config.json: unsupported model_type 'gpt2'; supported: gemma3_text, llama, mistral, mixtral, "
-     "nemotron-nas, nemotron_h, qwen2, qwen2_moe, qwen3, qwen3_moe"),
+     "nemotron-nas, nemotron_h, nemotron_h_puzzle, qwen2, qwen2_moe, qwen3, qwen3_moe"),
     ({"model_type": None}, "model_type", "config.json: missing 'model_type' (supported: gemma3_text, llama"),
 ])
 def test_malformed_config_names_the_key(change, key, message):

@@ -105,7 +105,7 @@ def test_unsupported_model_type_lists_families(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"model_type": "qwen3moe", "hidden_size": 8}))
     d = error_of(ref("config", "c.json"), tmp_path).diagnostics[0]
     assert d.message == ("c.json: unsupported model_type 'qwen3moe'; supported: gemma3_text, llama, mistral, "
-                         "mixtral, nemotron-nas, nemotron_h, qwen2, qwen2_moe, qwen3, qwen3_moe")
+                         "mixtral, nemotron-nas, nemotron_h, nemotron_h_puzzle, qwen2, qwen2_moe, qwen3, qwen3_moe")
     assert d.hint == "did you mean 'qwen3_moe'?" and d.code == "parent-config"
 
 

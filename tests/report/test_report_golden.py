@@ -34,6 +34,17 @@ def test_json_report_matches_schema(name):
     assert not errors, "\n".join(errors)
 
 
+SHIPPED = ("nemotron-h-56b-b200-128k", "nemotron-nano-b200-128k")  # examples/reports/: linked from the README
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_example_reports_are_current(name):
+    from _reportkit import REPO
+
+    report, _ = example_result(name)
+    assert (REPO / "examples" / "reports" / f"{name}.md").read_text(encoding="utf-8") == render_markdown(report)
+
+
 @pytest.mark.parametrize("name", ["cpu-vllm", "npc-5070-infeasible"])  # the two fastest: ~1 s each
 def test_report_is_deterministic(name):
     from autocompress.check import _compute

@@ -42,25 +42,56 @@ class EngineLimits:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How many runs a workload gets. Defaults are small for CPU (``vllm bench latency``: 10 + 30)."""
+    """How many runs a workload gets. Defaults are small for CPU (``vllm bench latency``: 10 + 30).
+
+    ``iterations`` / ``requests`` are the minimum number of timed samples; with ``target_se`` set,
+    sampling goes on until the relative standard error of the mean of every timed metric (TTFT,
+    TPOT, E2E per sample) is below it, or ``max_s`` seconds of timed runs have passed: the count
+    follows each measurement's own noise instead of a constant (on a drifting, shared host one
+    request's step time varies ~10%)."""
 
     warmup: int = 1  # batch: warm-up iterations; serve: warm-up rounds of ``concurrency`` requests
-    iterations: int = 3  # batch: timed iterations
-    requests: int | None = None  # serve: timed requests; None: max(4, 2 * concurrency)
+    iterations: int = 3  # batch: timed iterations (the minimum with target_se)
+    requests: int | None = None  # serve: timed requests (the minimum); None: max(4, 2 * concurrency)
+    target_se: float | None = None  # relative SE of the mean to reach, e.g. 0.02
+    max_s: float = 120.0  # cap on the timed part when sampling to target_se
+    max_samples: int = 200
 
     def serve_requests(self, concurrency: int) -> int:
         return self.requests if self.requests is not None else max(4, 2 * concurrency)
 
+    def more(self, samples: list, elapsed_s: float, minimum: int) -> bool:
+        """Whether another sample is needed (``target_se``: until each metric's SE is below it)."""
+        if len(samples) < minimum:
+            return True
+        if self.target_se is None or len(samples) >= self.max_samples or elapsed_s >= self.max_s:
+            return False
+        return max(relative_se([getattr(x, m) for x in samples]) for m in SAMPLE_METRICS) > self.target_se
+
+
+def relative_se(values) -> float:
+    """Standard error of the mean over the mean (inf for fewer than two values)."""
+    xs = list(values)
+    if len(xs) < 2:
+        return math.inf
+    mean = sum(xs) / len(xs)
+    if mean <= 0:
+        return 0.0
+    var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+    return math.sqrt(var / len(xs)) / mean
+
 
 class Ticker:
     """Counts an engine run's units (generate calls or requests, warm-up included) for progress:
-    ``tick(done, total)`` after each; a no-op without ``tick``."""
+    ``tick(done, total)`` after each; a no-op without ``tick``. ``total`` is the minimum count."""
 
     def __init__(self, tick, total: int):
         self.tick, self.total, self.done = tick, total, 0
 
     def __call__(self, n: int = 1) -> None:
         self.done += n
+        # past the minimum (sampling to ``target_se``) the count is open: the total follows it
+        self.total = max(self.total, self.done)
         if self.tick:
             self.tick(self.done, self.total)
 

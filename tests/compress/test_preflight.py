@@ -1,0 +1,130 @@
+"""Before compressing for the host CPU: this machine's profile, and the parent measured against the contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autocompress.compress import pipeline, preflight
+from autocompress.compress.prepare import BuildError
+from autocompress.cost import machine
+
+SPEC = """\
+model "smollm2-135m"
+target {
+  hardware  cpu
+  engine    vllm
+  precision fp32
+  memory    <= 2 GiB
+}
+workload ask {
+  concurrency 1
+  input  128 tokens
+  output 32 tokens
+  tpot <= 70 ms
+}
+output "out/m"
+"""
+
+
+def test_the_fingerprint_names_what_decides_a_profile():
+    m = machine.this_machine("vllm")
+    assert m.cores >= 1 and m.cpu and dict(m.versions)["torch"] != ""
+    assert len(m.fingerprint) == 12 and m.fingerprint == machine.this_machine("vllm").fingerprint
+    other = machine.Machine(m.cpu, m.cores + 1, m.memory_gib, m.versions)
+    assert other.fingerprint != m.fingerprint  # another core count: another machine
+    assert machine.machine_profile_path("vllm").name == f"cpu-vllm-{m.fingerprint}.json"
+
+
+def test_a_profile_of_this_machine_is_used_and_said_to_be(tmp_path, monkeypatch):
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import PROFILE_DIR, builtin_profile_path, load_profile, origin
+
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path))
+    cpu = resolve_device("cpu")
+    shipped = load_profile(None, cpu, "vllm")
+    assert builtin_profile_path("cpu", "vllm", "cpu") == PROFILE_DIR / "cpu-vllm-measured.json"
+    assert origin(shipped, cpu)[0] == "another machine" and "acc profile --hardware cpu" in origin(shipped, cpu)[1]
+    doc = json.loads((PROFILE_DIR / "cpu-vllm-measured.json").read_text())
+    doc["machine"] = machine.this_machine("vllm").as_dict()
+    own = machine.machine_profile_path("vllm")
+    own.parent.mkdir(parents=True)
+    own.write_text(json.dumps(doc))
+    mine = load_profile(None, cpu, "vllm")
+    assert mine.path == str(own) and origin(mine, cpu)[0] == "this machine"
+    gpu = resolve_device("h100-sxm")
+    assert origin(load_profile(None, gpu, "vllm"), gpu)[0] == "default"
+
+
+def test_a_parent_that_meets_the_contract_is_not_compressed(tmp_path, monkeypatch):
+    (tmp_path / "s.acspec").write_text(SPEC)
+    measured = preflight.ParentCheck((("ask.tpot", "<=", 0.07, 0.037, True), ("memory", "<=", 2.0 * 2**30, 1.9 * 2**30, True)))
+    monkeypatch.setattr(preflight, "applies", lambda spec: True)
+    monkeypatch.setattr(preflight, "calibrate_if_needed", lambda *a: None)
+    monkeypatch.setattr(preflight, "measure_parent", lambda *a, **k: measured)
+    monkeypatch.setattr("autocompress.compress.prepare._parent_folder", lambda spec, parent, progress=None: tmp_path)
+    logs = []
+    with pytest.raises(BuildError) as e:
+        pipeline.run_build(str(tmp_path / "s.acspec"), progress=logs.append)
+    assert e.value.exit_code == 0 and "already meets every bound" in str(e.value) and "--force" in str(e.value)
+    assert any("measured 37 ms" in m and "meets it" in m for m in logs)
+    assert not (tmp_path / "out" / ".m.acc" / "importance").exists() and not (tmp_path / "out" / "m").exists()
+
+    class Reached(Exception):
+        pass
+
+    def reached(*a, **k):
+        raise Reached
+    monkeypatch.setattr(pipeline, "prepare", reached)
+    with pytest.raises(Reached):  # --force: on to the compression
+        pipeline.run_build(str(tmp_path / "s.acspec"), progress=logs.append, force=True)
+    missed = preflight.ParentCheck((("ask.tpot", "<=", 0.07, 0.09, False),))
+    monkeypatch.setattr(preflight, "measure_parent", lambda *a, **k: missed)
+    with pytest.raises(Reached):  # a missed bound: compress
+        pipeline.run_build(str(tmp_path / "s.acspec"), progress=logs.append)
+
+
+def test_calibration_runs_once_per_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path))
+    from autocompress.lang.api import parse_spec
+
+    spec = parse_spec(SPEC)
+    calls, logs = [], []
+    import autocompress.measure.profile as profile
+
+    def fake(hardware, engine, out, model, quick, progress):
+        calls.append((hardware, engine, out, model, quick))
+        machine.machine_profile_path(engine).parent.mkdir(parents=True, exist_ok=True)
+        machine.machine_profile_path(engine).write_text("{}")
+    monkeypatch.setattr(profile, "run_profile", fake)
+    preflight.calibrate_if_needed(spec, str(tmp_path), False, logs.append)
+    preflight.calibrate_if_needed(spec, str(tmp_path), False, logs.append)
+    assert calls == [("cpu", "vllm", None, "smollm2-135m", True)] and "no profile for this machine" in logs[0]
+    machine.machine_profile_path("vllm").unlink()
+    preflight.calibrate_if_needed(spec, str(tmp_path), True, logs.append)
+    assert len(calls) == 1 and "skipped (--no-calibrate)" in logs[-1]
+
+
+def test_a_new_machine_profile_changes_the_checks_answer(tmp_path, monkeypatch):
+    """`acc check` caches by content; a spec without a profile line reads this machine's profile once
+    `acc profile` wrote it, so the cache must not serve the answer made with another machine's."""
+    import os
+    import shutil
+
+    from autocompress.check import run_check
+    from autocompress.cost.profile import PROFILE_DIR
+
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "cache"))
+    spec = shutil.copy(os.environ["ACC_TEST_EXAMPLES"] + "/cpu-vllm.acspec", tmp_path / "cpu-vllm.acspec")
+    first = run_check(str(spec))
+    assert run_check(str(spec)).cached and first.report["cost_model"]["origin"] == "another machine"
+    doc = json.loads((PROFILE_DIR / "cpu-vllm-measured.json").read_text())
+    doc["machine"] = machine.this_machine("vllm").as_dict()
+    doc["kernel"]["step_overhead_s"] *= 0.5  # a faster machine
+    own = machine.machine_profile_path("vllm")
+    own.parent.mkdir(parents=True)
+    own.write_text(json.dumps(doc))
+    again = run_check(str(spec))
+    assert not again.cached and again.report["cost_model"]["origin"] == "this machine"
+    assert again.report["parent_costs"]["checks"] != first.report["parent_costs"]["checks"]
