@@ -35,17 +35,22 @@ class CheckResult:
     cached: bool
 
 
-def _compute(path: str, importance_file: str | None) -> tuple[dict, list[str], list[str]]:
+def _compute(path: str, importance_file: str | None, source: str | None = None) -> tuple[dict, list[str], list[str]]:
+    """``source``: the spec's text when it is not the file at ``path`` (an older revision of it, read
+    from git by ``acc diff --base``); relative paths in it still resolve from ``path``'s folder."""
     from autocompress.plan.derive import derive
     from autocompress.feasibility.variants import assess_variants
     from autocompress.feasibility.objective import load_importance, prior_importance
     from autocompress.parents.resolve import resolve_parent
     from autocompress.report.feasibility import build_report
-    from autocompress.lang.api import load_spec_with_warnings
+    from autocompress.lang.api import load_spec_with_warnings, parse_spec_with_warnings
 
-    spec, warns = load_spec_with_warnings(path)
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        source = fh.read()
+    if source is None:
+        spec, warns = load_spec_with_warnings(path)
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            source = fh.read()
+    else:
+        spec, warns = parse_spec_with_warnings(source, path)
     base = os.path.dirname(os.path.abspath(path))
     parent = resolve_parent(spec.parent, base, spec_path=path, source=source)
     from autocompress.families.registry import family_warning
@@ -68,6 +73,11 @@ def _compute(path: str, importance_file: str | None) -> tuple[dict, list[str], l
     return report, rendered, deps
 
 
+def check_source(source: str, path: str) -> CheckResult:
+    """The feasibility report of spec text ``source`` standing at ``path`` (not cached: the text is
+    not the file's, so the file-keyed cache cannot vouch for it)."""
+    report, warnings, _ = _compute(path, None, source)
+    return CheckResult(report, tuple(warnings), VERDICT_EXIT[report["verdict"]], False)
 def _machine_profiles() -> str:
     """The machine profiles ``acc profile`` wrote (names and mtimes): a spec without a ``profile``
     line uses this machine's when it exists (``cost.profile.builtin_profile_path``), so writing one

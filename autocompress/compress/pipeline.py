@@ -100,7 +100,7 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     from autocompress.ir import arch_to_dict
 
     def parent_quality_stage(tmp: Path, partial: Path) -> dict:
-        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings, p.family.forward)
+        q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings, p.family.forward, progress)
         (tmp / "quality.json").write_text(json.dumps(q))
         return {}
 
@@ -123,7 +123,8 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         fmt = p.timed(f"export{tag}", lambda: dist.main_only(lambda: _export(
             p.family, arch, st.path, extras, p.folder, target, spec_path, strat.strategy, progress.log)))
         quality = p.timed(f"evaluate{tag}", lambda: dist.main_only(lambda: evaluate_build(
-            parent_quality, target, p.data.heldout, p.held_teacher, p.folder, strat, p.family.load_exported)))
+            parent_quality, target, p.data.heldout, p.held_teacher, p.folder, strat, p.family.load_exported,
+            progress)))
         return chosen, arch, {**st.summary, "format": fmt}, quality
 
     chosen, arch, result, quality = make(p.settings, out)
@@ -156,11 +157,12 @@ def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate:
         return
 
     def on_main() -> bool:  # calibration and engine runs: one process, the others wait for its answer
-        preflight.calibrate_if_needed(spec, base, no_calibrate, progress.log)
+        preflight.calibrate_if_needed(spec, base, no_calibrate, progress)
         parent = resolve_parent(spec.parent, base)
         if not parent.has_weights:
             return False  # prepare() says why a bare config cannot be built
-        check = preflight.measure_parent(spec, parent.architecture, _parent_folder(spec, parent), work, progress.log)
+        folder = _parent_folder(spec, parent, progress)
+        check = preflight.measure_parent(spec, parent.architecture, folder, work, progress)
         for line in check.lines():
             progress.log(line)
         return check.meets

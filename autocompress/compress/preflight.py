@@ -48,7 +48,12 @@ def applies(spec) -> bool:
 
 
 def calibrate_if_needed(spec, base: str, no_calibrate: bool, log) -> None:
+    """``log``: a log function or a ``Progress`` (the calibration's engine runs then show as tasks)."""
     from autocompress.cost.machine import machine_profile_path, this_machine
+    from autocompress.progress import as_progress
+
+    progress = as_progress(log)
+    log = progress.log
 
     engine = spec.target.engine
     if machine_profile_path(engine).is_file():
@@ -63,19 +68,25 @@ def calibrate_if_needed(spec, base: str, no_calibrate: bool, log) -> None:
     model = spec.parent.value if spec.parent.kind == "alias" else os.path.join(base, spec.parent.value)
     log(f"[calibrate] no profile for this machine ({m.describe()}, fingerprint {m.fingerprint}): "
         "`acc profile --hardware cpu --quick` first (a few minutes; --no-calibrate skips it)")
-    run_profile("cpu", engine, None, model=model, quick=True, log=log)
+    run_profile("cpu", engine, None, model=model, quick=True, progress=progress)
 
 
 def measure_parent(spec, parent_arch, folder: Path, work: Path, log, threads: int | None = None) -> ParentCheck:
-    """The parent in the engine with the contract's workloads: every bound, as measured."""
+    """The parent in the engine with the contract's workloads: every bound, as measured. ``log``: a
+    log function or a ``Progress`` (the engine start and workloads then show as tasks)."""
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.runner import run_worker, workload_dict
+    from autocompress.progress import as_progress
+
+    progress = as_progress(log)
+    log = progress.log
 
     limits = derive_limits(parent_arch, spec.target, spec.workloads, threads=threads)
     wls = [workload_dict(w, requests=max(8, 2 * w.concurrency), iterations=3, target_se=0.03, max_s=30.0)
            for w in spec.workloads]
     log(f"[preflight] measuring the parent against the contract ({len(wls)} workload(s))")
-    res = run_worker(folder, spec.target, wls, limits, work / "preflight", threads)
+    res = run_worker(folder, spec.target, wls, limits, work / "preflight", threads, progress=progress,
+                     label="preflight parent")
     by = {m["workload"]: m for m in res["measurements"]}
     field = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
     rows = []

@@ -27,13 +27,13 @@ class BuildError(Exception):
         self.exit_code = exit_code
 
 
-def _parent_folder(spec, parent) -> Path:
+def _parent_folder(spec, parent, progress=None) -> Path:
     from autocompress.export.gguf_convert import weights_folder
 
     if not parent.has_weights:
         raise BuildError(f"{spec.parent.value}: a bare config.json has no weights; `acc build` needs a Hugging Face "
                          "folder, a .gguf file or a built-in alias (use `acc check` for feasibility only)")
-    return weights_folder(spec.parent.value, parent)
+    return weights_folder(spec.parent.value, parent, progress)
 
 
 def check_verdict(check) -> None:
@@ -120,7 +120,7 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
 
     t = time.perf_counter()
     family = family_of(parent.architecture.family)  # the per-family seam (``families.base``)
-    folder = dist.main_first(lambda: _parent_folder(spec, parent))
+    folder = dist.main_first(lambda: _parent_folder(spec, parent, progress))
     try:
         params, cfg = family.load(folder)
     except NotImplementedError as e:  # a config feature the family's forward lacks (RoPE scaling, biases...)
@@ -128,7 +128,7 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
                          f"{e}") from None
     timings["parent"] = time.perf_counter() - t
     t = time.perf_counter()
-    data = dist.main_first(lambda: prepare_data(spec, folder, settings, base))
+    data = dist.main_first(lambda: prepare_data(spec, folder, settings, base, progress))
     timings["data"] = time.perf_counter() - t
     log(f"[data] {data.description}: {data.documents} documents")
     # stages that do not read the contract (importance, teacher outputs, the parent's quality) are

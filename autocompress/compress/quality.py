@@ -52,6 +52,7 @@ def evaluate_tokens(
     parent: Callable | None = None,
     batch: int = 4,
     parent_topk: TeacherCache | None = None,
+    on_batch: Callable[[], None] | None = None,
 ) -> QualityStats:
     """Perplexity of ``model`` on packed rows; with ``parent``, also KL(parent || model) and top-1 agreement.
 
@@ -77,6 +78,8 @@ def evaluate_tokens(
             top = parent_topk.get(list(range(s, s + rows.shape[0])))
             kl += topk_kl(logits, top).item() * targets.numel()
             agree += (top.indices[..., 0] == logq.argmax(-1)).sum().item()
+        if on_batch:
+            on_batch()
     if count == 0:
         raise ValueError("evaluate_tokens: no tokens to evaluate")
     if parent is None and parent_topk is None:
@@ -90,10 +93,11 @@ def quality_by_kind(
     parent: Callable | None = None,
     batch: int = 4,
     parent_topk: Mapping[str, TeacherCache] | None = None,
+    on_batch: Callable[[], None] | None = None,
 ) -> dict[str, QualityStats]:
     """``evaluate_tokens`` per named dataset (e.g. {"code": ..., "prose": ...}), in the mapping's order."""
     return {
-        name: evaluate_tokens(model, rows, parent, batch, parent_topk[name] if parent_topk else None)
+        name: evaluate_tokens(model, rows, parent, batch, parent_topk[name] if parent_topk else None, on_batch)
         for name, rows in datasets.items()
     }
 
@@ -104,6 +108,7 @@ def humaneval_logprob(
     encode: Callable[[str], Sequence[int]],
     problems: Sequence,
     max_len: int = 1024,
+    on_problem: Callable[[], None] | None = None,
 ) -> HumanEvalScore:
     """Mean log-prob per token of each ``problem.solution`` given ``problem.prompt`` (see module docstring).
 
@@ -128,6 +133,8 @@ def humaneval_logprob(
         total += lp.sum().item()
         tokens += lp.numel()
         per_problem.append(lp.mean().item())
+        if on_problem:
+            on_problem()
     if not per_problem:
         raise ValueError("humaneval_logprob: no problem to score")
     return HumanEvalScore(len(per_problem), tokens, total / tokens, sum(per_problem) / len(per_problem))

@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from autocompress.compress.tables import CostTables
+from autocompress.progress import Progress
 
 State = tuple  # (hidden index, attention option per layer, FFN option per layer)
 Move = tuple  # (kind "a" | "f", layer, new option index)
@@ -121,14 +122,35 @@ def up_moves(tables: list[CostTables], s: State) -> list[Move]:
             + [("f", l, c + 1) for l, c in enumerate(cf) if c + 1 < len(o.ffn[l])])
 
 
+def rounds_left(v: float, cfg: RefineConfig, share: float | None = None) -> int:
+    """Greedy rounds still to come at violation ``v`` if each round removes ``max(share * v,
+    min_share)`` and the fill runs all its rounds: the progress estimate. ``share``: the share the
+    rounds so far removed (``max_moves`` caps a round below ``cfg.share`` on long models), else
+    ``cfg.share``; the estimate is redone after every round."""
+    share = cfg.share if share is None else min(cfg.share, max(share, 0.05))
+    n = 0
+    while v > 1e-9 and n < 10_000:
+        v -= max(share * v, cfg.min_share)
+        n += 1
+    return n + cfg.fill_rounds
+
+
 def greedy(tables: list[CostTables], h: int, measure: Measure, cfg: RefineConfig,
-           log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial) -> tuple[State | None, int]:
+           log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial,
+           progress: Progress | None = None) -> tuple[State | None, int]:
     """Iterative measured pruning from the parent at hidden index ``h``, then a measured fill.
-    Returns (a state the tables call feasible, or None within the budget; forwards spent)."""
+    Returns (a state the tables call feasible, or None within the budget; forwards spent).
+    ``progress``: one task per run, in rounds (the total re-estimated each round, ``rounds_left``)."""
+    with (progress or Progress()).task(f"refine hidden {tables[h].d}", unit="round") as bar:
+        return _greedy(tables, h, measure, cfg, log, bar, map_fn)
+
+
+def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial) -> tuple[State | None, int]:
     s = full_state(tables, h)
     q, evals = measure(s), 1
     v = violation(costs(tables, s))
-    rnd, stale = 0, {}
+    rnd, stale, v0 = 0, {}, v
+    bar.set_total(rounds_left(v, cfg))
     while v > 1e-9:
         moves = [m for m in down_moves(tables, s, cfg) if violation(costs(tables, apply(s, [m]))) < v - 1e-12]
         # lazy greedy: a move measured in an earlier round keeps its KL increase as an estimate.
@@ -165,7 +187,10 @@ def greedy(tables: list[CostTables], h: int, measure: Measure, cfg: RefineConfig
         v = violation(costs(tables, s))
         rnd += 1
         log(f"[refine] hidden {tables[h].d} round {rnd}: {len(picked)} moves, KL {q:.3f}, violation {v:.3f}")
-    for _ in range(cfg.fill_rounds):  # spend what the last round's overshoot left
+        observed = 1 - (v / v0) ** (1 / rnd) if v0 > 0 else None  # mean share removed per round
+        bar.advance(total=rnd + rounds_left(v, cfg, observed), KL=f"{q:.3f}", violation=f"{v:.3f}", forwards=evals)
+    for fill in range(cfg.fill_rounds):  # spend what the last round's overshoot left
+        bar.set_total(rnd + cfg.fill_rounds - fill)
         moves = [m for m in up_moves(tables, s) if violation(costs(tables, apply(s, [m]))) <= 1e-9]
         if not moves or evals + len(moves) > cfg.max_evals + 64:
             break
@@ -175,24 +200,34 @@ def greedy(tables: list[CostTables], h: int, measure: Measure, cfg: RefineConfig
             break
         s, q = apply(s, [best[1]]), best[0]
         log(f"[refine] hidden {tables[h].d} fill: KL {q:.3f}")
+        bar.advance(KL=f"{q:.3f}", forwards=evals)
+    bar.set_total(bar.state.done)  # the fill stopped early: the run is done
     return s, evals
 
 
 def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure,
            select_kl: Callable[[State], float], cfg: RefineConfig = RefineConfig(),
-           log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial) -> RefineResult:
+           log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial,
+           progress: Progress | None = None) -> RefineResult:
     """Greedy runs at the seeds' hidden sizes, then the measured choice among seeds and greedy
     results. ``search_kl`` and ``select_kl`` measure on disjoint rows, so the greedy results are
     not favoured by having been tuned on the rows that judge them."""
     cands = dict(seeds)
     evals = 0
     for h in sorted({s[0] for s in seeds.values()}):
-        s, n = greedy(tables, h, search_kl, cfg, log, map_fn)
+        s, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress)
         evals += n
         if s is not None:
             cands[f"greedy (hidden {tables[h].d})"] = s
     unique = list(dict.fromkeys(cands.values()))  # same architecture under two names: measure once
-    seen = dict(zip(unique, map_fn(select_kl, unique)))
+    with (progress or Progress()).task("refine: measure candidates", total=len(unique), unit="candidate") as bar:
+
+        def measured(s: State) -> float:
+            kl = select_kl(s)
+            bar.advance()  # under a launcher each rank advances for its share
+            return kl
+
+        seen = dict(zip(unique, map_fn(measured, unique)))
     scored, logged = [], set()
     for name, s in cands.items():
         scored.append(Scored(name, s, seen[s]))

@@ -155,7 +155,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
     t_ref = time.perf_counter()
     # the measured forwards are independent: under a launcher they are split over the ranks
-    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared)
+    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress)
     t_ref = time.perf_counter() - t_ref
     arch = ev = None
     for cand in sorted(ref.candidates, key=lambda c: c.kl):  # the exact cost model has the last word

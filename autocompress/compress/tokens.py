@@ -60,8 +60,10 @@ def token_stream(
     tokenizer_dir: str | os.PathLike,
     cache_dir: str | os.PathLike | None = None,
     batch_docs: int = 256,
+    progress=None,
 ) -> TokenStream:
-    """Tokenize ``corpus`` with the tokenizer in ``tokenizer_dir`` (cached; see the module docstring)."""
+    """Tokenize ``corpus`` with the tokenizer in ``tokenizer_dir`` (cached; see the module docstring).
+    ``progress``: an ``autocompress.progress.Progress`` that gets one task, in documents (cache misses only)."""
     import torch
     from safetensors.torch import load_file, save
 
@@ -79,14 +81,18 @@ def token_stream(
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    from autocompress.progress import as_progress
+
     sep = tok.eos_token_id if tok.eos_token_id is not None else tok.bos_token_id
     chunks, lengths = [], []
-    for i in range(0, len(digests), batch_docs):
-        texts = [by_digest[d].text for d in digests[i : i + batch_docs]]
-        for ids in tok(texts, add_special_tokens=False)["input_ids"]:
-            ids = list(ids) + ([sep] if sep is not None else [])
-            chunks.append(torch.tensor(ids, dtype=torch.int32))
-            lengths.append(len(ids))
+    with as_progress(progress).task("tokenize", total=len(digests), unit="doc") as bar:
+        for i in range(0, len(digests), batch_docs):
+            texts = [by_digest[d].text for d in digests[i : i + batch_docs]]
+            for ids in tok(texts, add_special_tokens=False)["input_ids"]:
+                ids = list(ids) + ([sep] if sep is not None else [])
+                chunks.append(torch.tensor(ids, dtype=torch.int32))
+                lengths.append(len(ids))
+            bar.advance(len(texts))
     tokens = torch.cat(chunks) if chunks else torch.zeros(0, dtype=torch.int32)
     offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
     offsets[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int64), 0)
@@ -114,13 +120,14 @@ def token_dataset(
     max_tokens: int | None = None,
     cache_dir: str | os.PathLike | None = None,
     heldout_fraction: float = HELDOUT_FRACTION,
+    progress=None,
 ) -> "torch.Tensor":
     """Packed next-token rows ``[n, seq_len + 1]`` (LongTensor) of one split, optionally one kind."""
     if split not in SPLITS:
         raise DataError(f"split, allowed {' | '.join(SPLITS)}, got {split!r}")
     if kind is not None and kind not in KINDS:
         raise DataError(f"kind, allowed {' | '.join(KINDS)}, got {kind!r}")
-    stream = token_stream(corpus, tokenizer_dir, cache_dir).select(split, kind, heldout_fraction)
+    stream = token_stream(corpus, tokenizer_dir, cache_dir, progress=progress).select(split, kind, heldout_fraction)
     return pack(stream, seq_len, max_tokens)
 
 
@@ -133,6 +140,7 @@ def mixed_dataset(
     max_tokens: int | None = None,
     cache_dir: str | os.PathLike | None = None,
     skip_missing: bool = False,
+    progress=None,
 ) -> "torch.Tensor":
     """Rows drawn from each kind in proportion to ``weights`` (e.g. {"code": 0.5, "prose": 0.5}).
 
@@ -149,7 +157,8 @@ def mixed_dataset(
         if kind not in KINDS:
             raise DataError(f"weights: kind, allowed {' | '.join(KINDS)}, got {kind!r}")
     total_w = sum(weights.values())
-    pools = {k: token_dataset(corpus, tokenizer_dir, seq_len, split, k, cache_dir=cache_dir) for k, w in weights.items() if w > 0}
+    pools = {k: token_dataset(corpus, tokenizer_dir, seq_len, split, k, cache_dir=cache_dir, progress=progress)
+             for k, w in weights.items() if w > 0}
     empty = [k for k, rows in pools.items() if rows.shape[0] == 0]
     if skip_missing and len(empty) < len(pools):
         pools = {k: rows for k, rows in pools.items() if k not in empty}

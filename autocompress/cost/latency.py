@@ -86,6 +86,9 @@ class WorkloadCost:
     device: str
     profile: str
     profile_source: str  # "default" | "measured": the report says which
+    fixed_s: float  # the engine's fixed per-request prefill cost (TTFT = fixed_s + prefill_s)
+    decode_s: float  # the decode steps of one wave (E2E = waves * (TTFT + decode_s))
+    waves: int  # batch workloads above max_num_seqs run in waves; 1 otherwise
 
 
 # ---- steps --------------------------------------------------------------------------------
@@ -295,13 +298,12 @@ def predict_workload(arch: Architecture, target, workload, profile=None, device=
         tpot = decode_total / plan.decode_steps if plan.decode_steps else 0.0
     else:
         tpot = step_cost(arch, plan.mean_pass, device, profile, nb, graph).total_s
-        e2e = ttft + plan.decode_steps * tpot
+        e2e = ttft + (decode_total := plan.decode_steps * tpot)
     throughput = c * n_out / e2e
     q, ctx, chunk = plan.prefill_tokens, n_in - plan.prefill_tokens, plan.chunk
     mean = step_cost(arch, plan.mean_pass, device, profile, nb, graph)
     seqs = plan.mean_pass.segments[0].seqs  # decoding sequences per step (per wave in batch mode)
-    pre = step_cost(arch, Pass.prefill(seqs if workload.mode == "batch" else 1, min(q, chunk), ctx), device, profile,
-                    nb)
+    pre = step_cost(arch, Pass.prefill(seqs if workload.mode == "batch" else 1, min(q, chunk), ctx), device, profile, nb)
     first = step_cost(arch, Pass.decode(seqs, n_in + 1), device, profile, nb, graph).total_s
     last = step_cost(arch, Pass.decode(seqs, n_in + max(n_out - 1, 1)), device, profile, nb, graph).total_s
     return WorkloadCost(
@@ -310,7 +312,7 @@ def predict_workload(arch: Architecture, target, workload, profile=None, device=
         layer_shares=tuple(t / mean.total_s for t in mean.block_s), head_share=mean.head_s / mean.total_s,
         overhead_share=mean.overhead_s / mean.total_s, weight_bytes_per_step=mean.weight_bytes,
         decode_bound=mean.bound, prefill_bound=pre.bound, cuda_graphs=graph, device=device.name,
-        profile=profile.name, profile_source=profile.source,
+        profile=profile.name, profile_source=profile.source, fixed_s=plan.fixed_s, decode_s=decode_total, waves=plan.waves,
     )
 
 

@@ -14,6 +14,7 @@ run would trust. The result is a stock ``LlamaForCausalLM`` folder for Llama-fam
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -31,10 +32,45 @@ def gguf_cache_dir(gguf_path: str | os.PathLike, root: str | os.PathLike | None 
     return Path(root) if root is not None else cache_root() / "gguf" / k[:24]
 
 
-def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+@contextlib.contextmanager
+def _tensor_progress(progress):
+    """Report transformers' per-tensor de-quantisation loop as a progress task.
+
+    transformers walks the GGUF tensors under ``tqdm`` (``modeling_gguf_pytorch_utils``, a module
+    global); for the time of one conversion that name iterates into our task instead, so the
+    stage shows an ETA without a second progress renderer. Without that global (another
+    transformers version) the conversion runs unreported."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    original = getattr(gguf_utils, "tqdm", None)
+    if progress is None or original is None:
+        yield
+        return
+    bars = hf_logging.is_progress_bar_enabled()  # transformers' own bars (loading, saving) would interleave
+    hf_logging.disable_progress_bar()
+
+    def reported(items, desc=None, **kw):
+        items = list(items)
+        with progress.task("convert GGUF (de-quantise)", total=len(items), unit="tensor") as bar:
+            for item in items:
+                yield item
+                bar.advance()
+
+    gguf_utils.tqdm = reported
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = None, progress=None) -> Path:
     """De-quantise ``gguf_path`` to an fp32 safetensors + tokenizer folder (cached); returns the folder.
 
-    ``root``: put the folder exactly there instead of the content-addressed cache.
+    ``root``: put the folder exactly there instead of the content-addressed cache. ``progress``: an
+    ``autocompress.progress.Progress`` for the de-quantisation (tensors).
     """
     gguf_path = Path(gguf_path).resolve()
     if not gguf_path.is_file():
@@ -51,27 +87,28 @@ def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = 
         raise FileExistsError(f"refusing to convert into {out}: {why}")
     with atomic_dir(out, replace=True) as tmp:
         folder, name = str(gguf_path.parent), gguf_path.name
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-        # The loaded model keeps a GGUF "quantizer" that refuses save_pretrained (and its
-        # quantization_config would make vLLM expect GGUF weights): rebuild a plain model from the
-        # config without it and move the de-quantised tensors over.
-        config_dict = loaded.config.to_dict()
-        config_dict.pop("quantization_config", None)
-        config = type(loaded.config).from_dict(config_dict)
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
-        if unexpected or set(missing) - {"lm_head.weight"}:
-            raise RuntimeError(f"GGUF conversion: missing {missing}, unexpected {unexpected}")
-        plain.tie_weights()
-        del loaded
-        plain.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(tmp)
-        del plain
+        with _tensor_progress(progress):  # the whole conversion: transformers' own bars stay off
+            loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+            # The loaded model keeps a GGUF "quantizer" that refuses save_pretrained (and its
+            # quantization_config would make vLLM expect GGUF weights): rebuild a plain model from the
+            # config without it and move the de-quantised tensors over.
+            config_dict = loaded.config.to_dict()
+            config_dict.pop("quantization_config", None)
+            config = type(loaded.config).from_dict(config_dict)
+            plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
+            if unexpected or set(missing) - {"lm_head.weight"}:
+                raise RuntimeError(f"GGUF conversion: missing {missing}, unexpected {unexpected}")
+            plain.tie_weights()
+            del loaded
+            plain.save_pretrained(tmp)
+            AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(tmp)
+            del plain
         atomic_write_json(tmp / MANIFEST, manifest_dict(out, None, "gguf-convert"))
     return out
 
 
-def convert_alias(alias: str = "smollm2-135m", root: str | os.PathLike | None = None) -> Path:
+def convert_alias(alias: str = "smollm2-135m", root: str | os.PathLike | None = None, progress=None) -> Path:
     """Convert a built-in GGUF parent alias (located without importing its package)."""
     from autocompress.parents.aliases import ALIASES
 
@@ -79,16 +116,16 @@ def convert_alias(alias: str = "smollm2-135m", root: str | os.PathLike | None = 
     path = info.locate()
     if path is None:
         raise FileNotFoundError(f"parent {alias!r} is not installed: {info.install}")
-    return convert_gguf(path, root)
+    return convert_gguf(path, root, progress)
 
 
-def weights_folder(value: str, parent) -> Path:
+def weights_folder(value: str, parent, progress=None) -> Path:
     """The safetensors folder of a resolved parent (``parents.resolve.ParentInfo``): a built-in
     alias or a GGUF file converted once (cached), a Hugging Face folder as it is."""
     if parent.kind == "alias":
-        return convert_alias(value)
+        return convert_alias(value, progress=progress)
     if parent.kind == "gguf":
-        return convert_gguf(parent.path)
+        return convert_gguf(parent.path, progress=progress)
     return Path(parent.path).parent
 
 

@@ -8,6 +8,7 @@ the folder as autocompress's (``manifest``): only a marked or empty folder is ev
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -43,6 +44,14 @@ def _copy_tokenizer(tokenizer_dir: str | os.PathLike, dest: Path) -> None:
         raise FileNotFoundError(f"no tokenizer files in {src} (looked for {', '.join(TOKENIZER_FILES)})")
     for n in found:
         shutil.copy2(src / n, dest / n)
+    # transformers picks the tokenizer class from tokenizer_config.json, else from the model config;
+    # a DeciLM model config is remote code, so the tokenizer must name its (stock) class itself
+    cfg_path = dest / "tokenizer_config.json"
+    if cfg_path.is_file() and (dest / "tokenizer.json").is_file():
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        if not cfg.get("tokenizer_class"):
+            cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+            atomic_write_json(cfg_path, cfg)
 
 
 def _write_atomically(out_dir: str | os.PathLike, fill, overwrite: bool, spec_path=None, strategy=None) -> Path:

@@ -79,7 +79,7 @@ def normalized_rows(inter, archs: list[Architecture], limits: dict, wls: list[di
 
 
 def measure_sets(archs: list[Architecture], target, tokenizer_dir, root: Path, threads: int | None = None,
-                 quick: bool = False, passes: int = 1, log=print):
+                 quick: bool = False, passes: int = 1, log=print, progress=None):
     """Every architecture measured interleaved with the first (the parent): (``Interleaved``,
     limits per model, workload dicts). Each model runs with the engine settings its export
     recommends (``derive_limits``); threads and scheduler budgets are the same for all."""
@@ -93,12 +93,12 @@ def measure_sets(archs: list[Architecture], target, tokenizer_dir, root: Path, t
     for a in archs:
         models[a.name] = synthetic_folder(a, tokenizer_dir, Path(root) / "models")
     inter = measure_interleaved(models, archs[0].name, target, wls, limits, Path(root) / "requests", passes=passes,
-                                threads=threads, log=log)
+                                threads=threads, log=log, progress=progress)
     return inter, limits, wls
 
 
 def measure_arch(arch: Architecture, target, tokenizer_dir, root: Path, threads: int | None = None,
-                 log=print, repeat: int = 0) -> list[dict]:
+                 log=print, repeat: int = 0, progress=None) -> list[dict]:
     """Every calibration workload of ``plan`` on ``arch`` in one fresh engine, configured as the export
     recommends for them (``derive_limits``). Rows ``{"arch", "result", "limits"}`` for ``fit``.
 
@@ -110,4 +110,5 @@ def measure_arch(arch: Architecture, target, tokenizer_dir, root: Path, threads:
 
     limits = derive_limits(arch, target, workloads(), threads=threads)
     return [{"arch": arch, "result": measure(arch, target, workload_dicts(), tokenizer_dir, root, limits,
-                                             threads=threads, log=log, repeat=repeat), "limits": limits}]
+                                             threads=threads, log=log, repeat=repeat, progress=progress),
+             "limits": limits}]

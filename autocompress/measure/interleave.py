@@ -48,17 +48,24 @@ def medians(result: dict) -> dict:
 
 def measure_interleaved(models: dict[str, Path], reference: str, target, workloads: list[dict], limits, work: Path,
                         passes: int = 2, threads: int | None = None, log=print, run=None, max_other_cpu: float = 0.25,
-                        retries: int = 2) -> Interleaved:
+                        retries: int = 2, progress=None) -> Interleaved:
     """Measure every model of ``models`` (name -> exported folder) interleaved with
     ``models[reference]``; ``limits``: one ``EngineLimits`` for all (identical settings), or a
-    dict name -> limits. ``run(folder, limits) -> worker result`` defaults to a fresh worker process.
-    A run during which other processes used more than ``max_other_cpu`` cores is redone (up to
-    ``retries`` times) and, if still busy, kept and marked ``busy`` in ``runs``."""
+    dict name -> limits. ``run(folder, limits) -> worker result`` defaults to a fresh worker
+    process. A run during which other processes used more than ``max_other_cpu`` cores is redone
+    (up to ``retries`` times) and, if still busy, kept and marked ``busy`` in ``runs``.
+    ``progress``: one task over the runs; each run's engine start and workloads are tasks of their
+    own (``measure.events``)."""
     from autocompress.measure.runner import run_worker
+    from autocompress.progress import Progress
 
+    progress = progress or Progress()
     if run is None:
+        names = {str(f): n for n, f in models.items()}  # a run's tasks are named by its model
+
         def run(folder, lim):
-            return run_worker(folder, target, workloads, lim, work, threads)
+            return run_worker(folder, target, workloads, lim, work, threads, progress=progress,
+                              label=names[str(folder)])
     lim_of = (lambda name: limits[name]) if isinstance(limits, dict) else (lambda name: limits)
     others = [m for m in models if m != reference]
     out = Interleaved(reference)
@@ -83,6 +90,7 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
                 + ", ".join(f"{w} TPOT {v['tpot_s'] * 1e3:.1f} ms" for w, v in medians(res).items())
                 + "); measuring again")
         done += 1
+        bar.advance()
         med = medians(res)
         out.runs.append({"model": name, "pass": p, "started": started, "medians": med, "other_cpu": busy,
                          "busy": busy > max_other_cpu, "attempts": attempt + 1})
@@ -92,15 +100,16 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
             f"{w} TPOT {v['tpot_s'] * 1e3:.1f} ms" for w, v in med.items()))
         return med
 
-    for p in range(passes):
-        before = one(reference, p)
-        refs.setdefault(reference, []).append(before)
-        for name in others:
-            got = one(name, p)
-            after = one(reference, p)
-            refs[reference].append(after)
-            per_pass[name].append((got, before, after))
-            before = after
+    with progress.task("measure: engine runs", total=total, unit="run") as bar:
+        for p in range(passes):
+            before = one(reference, p)
+            refs.setdefault(reference, []).append(before)
+            for name in others:
+                got = one(name, p)
+                after = one(reference, p)
+                refs[reference].append(after)
+                per_pass[name].append((got, before, after))
+                before = after
     out.seconds = time.perf_counter() - t0
     wl_names = list(refs[reference][0])
     for name in others:

@@ -34,11 +34,14 @@ class ProfileRun:
 
 def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None, model: str = "smollm2-135m",
                 precision: str | None = None, threads: int | None = None, quick: bool = False,
-                root: str | os.PathLike | None = None, log=print) -> ProfileRun:
+                root: str | os.PathLike | None = None, log=print, progress=None) -> ProfileRun:
     """Measure, fit and write a profile. ``out`` None: for ``hardware cpu``, this machine's profile
     in the cache (``cost.machine.machine_profile_path``), which ``acc check`` and ``acc build``
-    then use; for a GPU, ``<hardware>-<engine>-measured.json`` here."""
+    then use; for a GPU, ``<hardware>-<engine>-measured.json`` here. ``progress`` (an
+    ``autocompress.progress.Progress``; else ``log`` gets the log lines): one task over the engine
+    runs, and per run the engine start and each workload (``measure.events``)."""
     from autocompress.cache import atomic_write_text, cache_root
+    from autocompress.progress import as_progress
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.machine import machine_profile_path, this_machine
     from autocompress.cost.profile import PROFILE_DIR, Profile, load_profile
@@ -48,6 +51,8 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     from autocompress.measure.presence import engine_available, hardware_present
     from autocompress.parents.resolve import resolve_parent
 
+    progress = as_progress(progress if progress is not None else log)
+    log = progress.log
     try:
         device = resolve_device(hardware)
     except KeyError as exc:
@@ -66,7 +71,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     target = Target(hardware, engine, precision, precision)
     kind = "gguf" if model.endswith(".gguf") else ("alias" if "/" not in model and not os.path.isdir(model) else "hf_dir")
     parent = resolve_parent(ParentRef(kind, model), os.getcwd())
-    tok = _tokenizer_dir(kind, model, parent)
+    tok = _tokenizer_dir(kind, model, parent, progress)
     from autocompress.families.registry import engine_gap
 
     gap = engine_gap(parent.architecture, engine, device.kind)
@@ -77,7 +82,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     log(f"[profile] {len(cal)} calibration + {len(held)} held-out models, each measured between two runs of the "
         f"parent (interleaved: the host's drift cancels in ratios){' , quick' if quick else ''}")
     inter, limits, wls = measure_sets(cal + held, target, tok, root, threads, quick, passes=1 if quick else 2,
-                                      log=log)
+                                      log=log, progress=progress)
     rows = normalized_rows(inter, cal + held, limits, wls)
     calib, heldout = rows[:len(cal)], rows[len(cal):]
     base = load_profile(PROFILE_DIR / f"{device.kind}-{engine}-default.json", device, engine)  # the fit's start
@@ -110,13 +115,13 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     return ProfileRun(Path(out), doc, len(cal), len(held))
 
 
-def _tokenizer_dir(kind: str, model: str, parent) -> Path:
+def _tokenizer_dir(kind: str, model: str, parent, progress=None) -> Path:
     if kind == "alias":
         from autocompress.export.gguf_convert import convert_alias
 
-        return convert_alias(model)
+        return convert_alias(model, progress=progress)
     if kind == "gguf":
         from autocompress.export.gguf_convert import convert_gguf
 
-        return convert_gguf(parent.path)
+        return convert_gguf(parent.path, progress=progress)
     return Path(parent.path).parent

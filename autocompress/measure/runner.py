@@ -76,8 +76,15 @@ def _priority(nice: str | None):
 
 
 def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, threads: int | None = None,
-               timeout_s: int = 900) -> dict:
-    """Run the engine worker on an exported ``folder`` (fresh process); its JSON result."""
+               timeout_s: int = 900, progress=None, label: str = "measure") -> dict:
+    """Run the engine worker on an exported ``folder`` (fresh process); its JSON result.
+
+    ``progress``: the engine start and each workload become tasks (``events.WorkerEvents``);
+    ``label`` prefixes their names ("verify", "profile")."""
+    import threading
+
+    from autocompress.measure.events import WorkerEvents
+
     req = {"model_dir": str(folder), "target": _target_dict(target), "limits": asdict(limits),
            "workloads": workloads, "seed": 0}
     work.mkdir(parents=True, exist_ok=True)
@@ -89,17 +96,28 @@ def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, 
         env.pop("OMP_WAIT_POLICY", None)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+    events = WorkerEvents(progress, label, target.engine)
     try:
-        p = subprocess.run([sys.executable, "-m", "autocompress.measure.worker", str(req_path), str(res_path)],
-                           env=env, capture_output=True, text=True, timeout=timeout_s,
-                           preexec_fn=_priority(env.get("ACC_MEASURE_NICE")))
-    except subprocess.TimeoutExpired:
-        raise MeasureError(f"{folder}: the {target.engine} worker ran past {timeout_s} s") from None
+        p = subprocess.Popen([sys.executable, "-m", "autocompress.measure.worker", str(req_path), str(res_path)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_priority(env.get("ACC_MEASURE_NICE")))
     except subprocess.SubprocessError as e:  # preexec_fn: setpriority refused
         raise MeasureError(f"ACC_MEASURE_NICE={env.get('ACC_MEASURE_NICE')}: the engine worker could not take "
                            f"that priority ({e}); a negative value needs root or CAP_SYS_NICE") from None
+    # stderr is read on a thread so the timeout below still holds when the worker goes quiet
+    reader = threading.Thread(target=lambda: [events.line(ln) for ln in p.stderr], daemon=True)
+    reader.start()
+    try:
+        p.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise MeasureError(f"{folder}: the {target.engine} worker ran past {timeout_s} s") from None
+    finally:
+        reader.join(timeout=10)
+        events.close()
     if p.returncode != 0 or not res_path.is_file():
-        tail = "\n".join((p.stderr or "").strip().splitlines()[-15:])
+        tail = "\n".join(list(events.tail)[-15:])
         raise MeasureError(f"{folder}: the {target.engine} worker failed (exit {p.returncode}):\n{tail}")
     res = json.loads(res_path.read_text())
     res_path.unlink(missing_ok=True)
@@ -109,7 +127,7 @@ def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, 
 
 def measure(arch: Architecture, target, workloads: list[dict], tokenizer_dir, root: Path, limits,
             threads: int | None = None, timeout_s: int = 900, log=print, max_other_cpu: float = 0.10,
-            retries: int = 3, repeat: int = 0) -> dict:
+            retries: int = 3, repeat: int = 0, progress=None) -> dict:
     """The worker's result for a synthetic model of ``arch`` running ``workloads`` (cached).
 
     A run during which other processes used more than ``max_other_cpu`` cores is repeated (up to
@@ -127,7 +145,8 @@ def measure(arch: Architecture, target, workloads: list[dict], tokenizer_dir, ro
         return {**json.loads(out.read_text()), "_path": str(out)}
     folder = synthetic_folder(arch, tokenizer_dir, Path(root) / "models")
     for attempt in range(retries + 1):
-        res = run_worker(folder, target, workloads, limits, Path(root) / "requests", threads, timeout_s)
+        res = run_worker(folder, target, workloads, limits, Path(root) / "requests", threads, timeout_s, progress,
+                         f"measure {arch.name}")
         busy = max(m.get("other_cpu", 0.0) for m in res["measurements"])
         if busy <= max_other_cpu:
             break

@@ -85,7 +85,9 @@ def _models(out: Path, spec, base: str, log) -> dict[str, Path]:
 
 
 def run_verify(out_dir: str, spec_path: str, threads: int | None = None, requests: int | None = None,
-               log=print, measure: bool = True, passes: int = 1) -> VerifyResult:
+               log=print, measure: bool = True, passes: int = 1, progress=None) -> VerifyResult:
+    """``progress`` (an ``autocompress.progress.Progress``; else ``log`` gets the log lines): the engine
+    runs, and per run the engine start and each workload's requests, with rate and ETA."""
     from autocompress.cache import atomic_write_text
     from autocompress.feasibility.exact import evaluate
     from autocompress.lang.api import load_spec
@@ -96,7 +98,10 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     from autocompress.measure.runner import workload_dict
     from autocompress.parents.resolve import resolve_parent
     from autocompress.plan.derive import derive
+    from autocompress.progress import as_progress
 
+    progress = as_progress(progress if progress is not None else log)
+    log = progress.log
     out = Path(out_dir)
     if not (out / "config.json").is_file():
         raise VerifyError(f"{out}: no exported model here (config.json missing); run `acc build` first")
@@ -131,13 +136,18 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
         log(f"[verify] {len(wls)} workload(s) in {spec.target.engine} on {where}: {', '.join(models)}, interleaved "
             f"with the {ref} (threads {threads or os.cpu_count()}; load average {os.getloadavg()[0]:.2f})")
         inter = measure_interleaved(models, ref, spec.target, wls, limits, out.parent / f".{out.name}.acc" / "verify",
-                                    passes=passes, threads=threads, log=log)
+                                    passes=passes, threads=threads, log=log,
+                                    progress=progress)
     predicted = {n: evaluate(a, spec, prof, derived.device, derived.limits) for n, a in archs.items()}
     report = _report(spec, spec_path, out, derived, predicted, inter, env_note)
     from autocompress.report.verify import render_verify_markdown
 
     atomic_write_text(out / "verify-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     atomic_write_text(out / "verify-report.md", render_verify_markdown(report))
+    from autocompress.export.card import update_measured
+
+    if inter and update_measured(out, report):  # the model card's measured column
+        log(f"[verify] measured costs written to {out.name}/README.md and config.json")
     judged = [r["pass"] if inter else r["predicted_ok"] for r in report["bounds"]]
     return VerifyResult(report, 0 if all(judged) else 1)
 

@@ -19,6 +19,8 @@ import sys
 import time
 from dataclasses import asdict
 
+from autocompress.measure.events import PROGRESS  # stderr lines the parent reads as progress events
+
 
 def _cpu_seconds() -> tuple[float, float]:
     """(busy CPU seconds of the whole machine, CPU seconds of this process), for ``other_cpu``."""
@@ -28,6 +30,12 @@ def _cpu_seconds() -> tuple[float, float]:
     busy = sum(v[:3]) + sum(v[5:8])  # user nice system + irq softirq steal (idle, iowait excluded)
     t = os.times()
     return busy / hz, t.user + t.system
+
+
+def emit(event: str, **fields) -> None:
+    """One progress event on stderr, for the parent process to render (the worker renders nothing)."""
+    sys.stderr.write(PROGRESS + json.dumps({"event": event, **fields}) + "\n")
+    sys.stderr.flush()
 
 
 def run_request(req: dict) -> dict:
@@ -42,8 +50,10 @@ def run_request(req: dict) -> dict:
     load_before = os.getloadavg()
     out = {"model_dir": req["model_dir"], "measurements": [], "load_before": load_before}
     t0 = time.perf_counter()
+    emit("load", engine=target.engine)
     with open_engine(target.engine).load(req["model_dir"], target, limits) as eng:
         out["load_s"] = round(time.perf_counter() - t0, 3)
+        emit("loaded", seconds=out["load_s"])
         for w in req["workloads"]:
             wl = Workload(name=w["name"], concurrency=w["concurrency"], mode=w["mode"], input_tokens=w["input_tokens"],
                           output_tokens=w["output_tokens"], prefix_cache=w.get("prefix_cache", 0.0))
@@ -52,7 +62,9 @@ def run_request(req: dict) -> dict:
                             requests=w.get("requests", settings.requests),
                             target_se=w.get("target_se", settings.target_se), max_s=w.get("max_s", settings.max_s))
             t0, (busy0, own0) = time.perf_counter(), _cpu_seconds()
-            m = eng.run(wl, seed=req.get("seed", 0), settings=s)
+            emit("workload", name=wl.name, mode=wl.mode)
+            m = eng.run(wl, seed=req.get("seed", 0), settings=s,
+                        tick=lambda done, total: emit("tick", done=done, total=total))
             wall, (busy1, own1) = time.perf_counter() - t0, _cpu_seconds()
             d = asdict(m)
             # CPU used by other processes while this workload ran, in cores: a busy neighbour on a

@@ -1,9 +1,10 @@
 """The build report: what was built, its predicted costs against the bounds, and quality retained.
 
-Written next to the exported model as ``autocompress-report.md`` / ``.json`` plus
-``architecture.png`` (per-layer heatmap). Costs are predictions of the named profile (``acc
-verify`` measures them where the hardware is present); quality numbers are measured here, on
-held-out data, and say on how many tokens.
+Written next to the exported model as ``autocompress-report.md`` / ``.json`` plus labelled
+charts (``report.plots``: ``architecture.png``, ``costs.png``, ``quality-cost.png``; skipped, and
+said so, without matplotlib). Costs are predictions of the named profile (``acc verify``
+measures them where the hardware is present); quality numbers are measured here, on held-out
+data, and say on how many tokens.
 """
 
 from __future__ import annotations
@@ -16,23 +17,11 @@ from autocompress import __version__
 from autocompress.cache import atomic_write_text
 from autocompress.feasibility.exact import evaluate
 from autocompress.report.feasibility import arch_report, evaluation_dict, fmt_value, layer_runs
-from autocompress.report.heatmap import write_heatmap
+from autocompress.report.plot_data import build_plots
+from autocompress.report.plots import markdown as plots_markdown
+from autocompress.report.plots import write_plots
 
 SCHEMA_ID = "autocompress/build-report/v1"
-
-
-def _size(ffn) -> float:
-    """An FFN's size for the heatmap: its width, or a MoE layer's experts x expert width."""
-    return ffn.width if hasattr(ffn, "width") else ffn.experts * ffn.expert_width
-
-
-def _shares(arch, parent) -> list[tuple[float | None, float | None]]:
-    out = []
-    for b, p in zip(arch.blocks, parent.blocks):
-        a = (b.attention.kv_heads / p.attention.kv_heads if b.attention else 0.0) if p.attention else None
-        f = (_size(b.ffn) / _size(p.ffn) if b.ffn is not None else 0.0) if p.ffn is not None else None
-        out.append((a, f))
-    return out
 
 
 def write_build_report(out: Path, spec, spec_path, check_report, chosen, arch, parent, derived, settings, quality,
@@ -58,10 +47,26 @@ def write_build_report(out: Path, spec, spec_path, check_report, chosen, arch, p
         "feasibility_verdict": check_report["verdict"],
         "parent_predicted": check_report.get("parent_costs"),
     }
-    write_heatmap(out / "architecture.png", _shares(arch, parent.architecture))
+    report["plots"] = write_plots(out, build_plots(report))
     atomic_write_text(out / "autocompress-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     atomic_write_text(out / "autocompress-report.md", render_build_markdown(report))
+    _write_cards(out, report, check_report, parent, spec_path)
     return report
+
+
+def _write_cards(out: Path, report: dict, check_report: dict, parent, spec_path) -> None:
+    """The model card and config block of the export, and of the baseline's export when built."""
+    from autocompress.export.card import card_block, parent_license, write_card
+
+    lic = parent_license(parent)
+    write_card(out, card_block(report, check_report, lic), lic["files"])
+    b = report.get("baseline")
+    if b:
+        pred = {**b["predicted"], "profile": report["predicted"]["profile"],
+                "profile_source": report["predicted"]["profile_source"]}
+        base = {**report, "strategy": b["strategy"], "architecture": b["architecture"], "quality": b["quality"],
+                "predicted": pred, "plots": []}
+        write_card(Path(spec_path).resolve().parent / b["output"], card_block(base, check_report, lic), lic["files"])
 
 
 def render_build_markdown(r: dict) -> str:
@@ -106,7 +111,8 @@ def render_build_markdown(r: dict) -> str:
         bhe = (b["quality"].get("humaneval") or {}).get("student")
         if bhe:
             out.append(f"- HumanEval mean log-prob per token: {bhe['mean_logprob']:.4f}")
-    out += ["", "### Architecture (per layer; `architecture.png` is the same as a heatmap)", "",
+    out += ["", "### Plots", ""] + plots_markdown(r.get("plots") or [])
+    out += ["### Architecture (per layer; the architecture plot above draws it)", "",
             "| layers | mixer | FFN |", "|---|---|---|"]
     out += [f"| {s} | {m} | {f} |" for s, m, f in layer_runs(a)]
     d = r["distill"]

@@ -13,7 +13,7 @@ import os
 from autocompress import __version__
 from autocompress.ir import Architecture, arch_to_dict
 
-SCHEMA_ID = "autocompress/feasibility-report/v2"
+SCHEMA_ID = "autocompress/feasibility-report/v3"
 MiB = 1 << 20
 
 
@@ -31,13 +31,21 @@ def arch_report(arch: Architecture, importance: float | None = None) -> dict:
     return out
 
 
+def breakdown_dict(c) -> dict:
+    """Where one request's E2E goes (one wave; E2E = waves x the sum): the engine's fixed prefill
+    cost, the prefill steps, and the decode steps split into engine overheads (launches, per-layer
+    and per-step costs, from the mean decode step's share) and the rest (the ops themselves)."""
+    return {"fixed_s": _r(c.fixed_s), "prefill_s": _r(c.prefill_s), "decode_ops_s": _r(c.decode_s * (1 - c.overhead_share)),
+            "decode_overhead_s": _r(c.decode_s * c.overhead_share), "waves": c.waves}
+
+
 def evaluation_dict(ev) -> dict:
     m = ev.memory
     return {
         "workloads": [{"name": c.workload, "mode": c.mode, "ttft_s": _r(c.ttft_s), "tpot_s": _r(c.tpot_s),
                        "e2e_s": _r(c.e2e_s), "throughput_tok_s": _r(c.throughput_tok_s),
                        "decode_bound": c.decode_bound, "prefill_bound": c.prefill_bound,
-                       "cuda_graphs": c.cuda_graphs} for c in ev.workloads],
+                       "cuda_graphs": c.cuda_graphs, "breakdown": breakdown_dict(c)} for c in ev.workloads],
         "checks": [{"name": c.name, "metric": c.metric, "op": c.op, "bound": _r(c.bound),
                     "predicted": _r(c.predicted), "ok": c.ok, "ratio": _r(c.ratio)} for c in ev.checks],
         "memory": {"weights": m.weights_bytes, "peak_activation": m.peak_activation_bytes,
@@ -148,7 +156,8 @@ def layer_runs(arch: dict) -> list[tuple[str, str, str]]:
 VERDICT_TEXT = {"feasible": "FEASIBLE", "infeasible": "INFEASIBLE (proved)", "not_found": "NOT FOUND (not proved)"}
 
 
-def render_markdown(report: dict) -> str:
+def render_markdown(report: dict, plots: list[dict] | None = None) -> str:
+    """``plots``: entries of ``report.plots.write_plots`` to embed (``acc check --format md --out``)."""
     t, p = report["target"], report["parent"]
     out = [f"## autocompress check: `{report['spec']['path']}`: **{VERDICT_TEXT[report['verdict']]}**", ""]
     if report.get("reason"):
@@ -221,6 +230,10 @@ def render_markdown(report: dict) -> str:
                 out.append(f"- `{d['bound']}` {d['op']} {fmt_value(d['metric'], d['value'])}: the best reachable "
                            f"{basis} is **{fmt_value(d['metric'], d['best'])}** "
                            f"(continuous relaxation, a lower bound; {d['note']}).")
+    if plots is not None:
+        from autocompress.report.plots import markdown
+
+        out += ["", "### Plots", ""] + markdown(plots)
     out += ["", "<details><summary>Derived settings</summary>", "", "| setting | value | why |", "|---|---|---|"]
     out += [f"| {r['setting']} | {r['value']} | {r['why']} |" for r in report["derived"]]
     out += ["", "</details>", ""]

@@ -45,6 +45,9 @@ def make_project(root: Path) -> Path:
                       tie_word_embeddings=True, bos_token_id=0, eos_token_id=1)
     torch.manual_seed(0)
     LlamaForCausalLM(cfg).save_pretrained(root / "parent")
+    # a license the export must inherit (stated in the card and config.json, files copied)
+    (root / "parent" / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny parent\n")
+    (root / "parent" / "LICENSE").write_text("Apache License, Version 2.0 (test copy)\n")
     (root / "data").mkdir()
     (root / "data" / "prose.txt").write_text("\n\n".join(list(topics.topics.values())[:40]))
     docs = []

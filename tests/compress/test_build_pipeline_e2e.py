@@ -37,6 +37,30 @@ _STOCK = textwrap.dedent(
 PROMPTS = [[0, 17, 33, 60, 101, 7], [0, 250, 3, 99, 12, 44]]
 
 
+class Recorder:
+    """A progress sink that keeps log lines and, per task, its totals and whether an ETA was known."""
+
+    def __init__(self, logs: list):
+        self.logs, self.tasks = logs, {}
+
+    def start(self, t):
+        self.tasks[t.name] = {"total": t.total, "eta": False, "done": 0, "updates": 0}
+
+    def update(self, t):
+        rec = self.tasks[t.name]
+        rec.update(total=t.total, done=t.done, updates=rec["updates"] + 1,
+                   eta=rec["eta"] or (t.eta_s is not None and t.done < (t.total or 0)))
+
+    def finish(self, t):
+        self.tasks[t.name].update(total=t.total, done=t.done)
+
+    def log(self, m):
+        self.logs.append(m)
+
+
+TASKS: dict = {}  # the build's progress tasks (the fixture fills it)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("build")
@@ -44,9 +68,12 @@ def built(tmp_path_factory):
         mp.setenv("ACC_CACHE_DIR", str(root / "cache"))
         spec = make_project(root)
         from autocompress.compress.pipeline import run_build
+        from autocompress.progress import Progress
 
         logs: list[str] = []
-        result = run_build(str(spec), progress=logs.append)
+        rec = Recorder(logs)
+        result = run_build(str(spec), progress=Progress(rec))
+        TASKS.update(rec.tasks)
         yield root, spec, result, logs
 
 
@@ -54,15 +81,51 @@ def test_output_folder_is_complete(built):
     root, spec, result, logs = built
     out = result.output
     for name in ("config.json", "model.safetensors", "modeling_decilm.py", "configuration_decilm.py",
-                 "tokenizer.json", "autocompress-report.md", "autocompress-report.json", "architecture.png"):
+                 "tokenizer.json", "autocompress-report.md", "autocompress-report.json", "README.md", "LICENSE"):
         assert (out / name).exists(), name
     assert not list(out.parent.glob(".tmp*")) and not list(out.parent.glob("*.partial"))
     report = json.loads((out / "autocompress-report.json").read_text())
     assert all(c["ok"] for c in report["predicted"]["checks"])  # meets the contract by prediction
     assert report["architecture"]["params"] < report["parent_architecture"]["params"]
     assert report["quality"]["student"]  # held-out quality measured
-    assert (out / "architecture.png").read_bytes().startswith(b"\x89PNG")
+    md = (out / "autocompress-report.md").read_text()
+    for e in report["plots"]:  # labelled charts, embedded (or skipped, and said so, without matplotlib)
+        if e["file"]:
+            assert (out / e["file"]).read_bytes().startswith(b"\x89PNG") and f"]({e['file']})" in md
+        else:
+            assert f"plot `{e['name']}` skipped" in md
+    assert {e["name"] for e in report["plots"]} == {"architecture", "costs", "quality-cost"}
     assert any("[distill]" in m for m in logs) and any("strategy" in m for m in logs)  # derived settings logged
+
+
+def test_every_long_stage_reports_progress_with_an_eta(built):
+    """Each loop that runs long on a real model opens a task with a total, and had an ETA while it ran."""
+    tasks = TASKS
+    expected = ["importance", "removal KL", "teacher", "search", "refine hidden", "refine: measure candidates",
+                "distill", "evaluate parent: held-out", "evaluate (autocompress): held-out"]
+    for prefix in expected:
+        hits = [n for n in tasks if n.startswith(prefix)]
+        assert hits, (prefix, sorted(tasks))
+        for n in hits:
+            assert tasks[n]["total"] and tasks[n]["done"] == tasks[n]["total"], (n, tasks[n])
+    multi = [n for n in tasks if tasks[n]["updates"] > 1]  # not done in one step: an ETA was shown
+    assert all(tasks[n]["eta"] for n in multi), {n: tasks[n] for n in multi if not tasks[n]["eta"]}
+
+
+def test_the_export_states_parent_contract_costs_quality_and_license(built):
+    root, spec, result, _ = built
+    out = result.output
+    block = json.loads((out / "config.json").read_text())["autocompress"]
+    report = json.loads((out / "autocompress-report.json").read_text())
+    assert block["license"] == {"id": "apache-2.0", "source": "the parent's README.md front matter"}
+    assert block["parent"]["params"] == report["parent_architecture"]["params"]
+    assert block["contract"]["spec"] == "spec.acspec" and block["contract"]["target"]["engine"] == "vllm"
+    assert set(block["predicted"]["values"]) == {c["name"] for c in report["predicted"]["checks"]}
+    assert block["measured"] is None and set(block["quality"]) == set(report["quality"]["student"])
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nlicense: apache-2.0\n") and "## Contract" in card and "not measured" in card
+    assert "## Quality retained" in card and "**apache-2.0**" in card
+    assert str(root) not in card and str(root) not in json.dumps(block)  # no machine paths
 
 
 def test_export_loads_after_import_and_matches_in_memory_student(built):
@@ -147,3 +210,35 @@ def test_the_chosen_architecture_is_the_measured_best_candidate(built):
     assert report["how"].startswith(f"measured choice: {best['name']}")  # no repair needed on this contract
     assert report["architecture"]["hidden"] == best["hidden"]
     assert "### Candidates" in (result.output / "autocompress-report.md").read_text()
+
+
+_TOKENIZER = textwrap.dedent(
+    """
+    import json, sys
+    class _NoAutocompress:
+        def find_spec(self, name, path=None, target=None):
+            if name == "autocompress" or name.startswith("autocompress."):
+                raise ImportError("autocompress must not be imported here: " + name)
+    sys.meta_path.insert(0, _NoAutocompress())
+    from transformers import AutoTokenizer
+    out, parent, text = sys.argv[1], sys.argv[2], sys.argv[3]
+    tok = AutoTokenizer.from_pretrained(out, trust_remote_code=False)
+    ref = AutoTokenizer.from_pretrained(parent)
+    print(json.dumps({"cls": type(tok).__name__, "ids": tok(text)["input_ids"], "ref": ref(text)["input_ids"]}))
+    """
+)
+
+
+def test_the_tokenizer_loads_without_running_or_asking_about_code(built):
+    """In a process that never imports autocompress, the exported tokenizer loads with no prompt
+    (stdin closed: a prompt would print "Do you wish to run the custom code?") and encodes like the
+    parent's. transformers reads the model config first; trust_remote_code=False tells it not to
+    consider the model's code (the tokenizer is a stock class); a plain Llama export needs no flag."""
+    root, spec, result, _ = built
+    text = "def parse(text):\n    return text.split()  # The for statement"
+    p = subprocess.run([sys.executable, "-c", _TOKENIZER, str(result.output), str(root / "parent"), text],
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=str(root))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Do you wish" not in p.stdout + p.stderr and "custom code" not in p.stdout
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["ids"] == got["ref"] and got["cls"] in ("TokenizersBackend", "PreTrainedTokenizerFast")

@@ -63,7 +63,7 @@ def test_a_parent_that_meets_the_contract_is_not_compressed(tmp_path, monkeypatc
     monkeypatch.setattr(preflight, "applies", lambda spec: True)
     monkeypatch.setattr(preflight, "calibrate_if_needed", lambda *a: None)
     monkeypatch.setattr(preflight, "measure_parent", lambda *a, **k: measured)
-    monkeypatch.setattr("autocompress.compress.prepare._parent_folder", lambda spec, parent: tmp_path)
+    monkeypatch.setattr("autocompress.compress.prepare._parent_folder", lambda spec, parent, progress=None: tmp_path)
     logs = []
     with pytest.raises(BuildError) as e:
         pipeline.run_build(str(tmp_path / "s.acspec"), progress=logs.append)
@@ -93,7 +93,7 @@ def test_calibration_runs_once_per_machine(tmp_path, monkeypatch):
     calls, logs = [], []
     import autocompress.measure.profile as profile
 
-    def fake(hardware, engine, out, model, quick, log):
+    def fake(hardware, engine, out, model, quick, progress):
         calls.append((hardware, engine, out, model, quick))
         machine.machine_profile_path(engine).parent.mkdir(parents=True, exist_ok=True)
         machine.machine_profile_path(engine).write_text("{}")

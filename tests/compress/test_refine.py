@@ -87,3 +87,14 @@ def test_lazy_rounds_measure_new_moves_and_re_measure_only_until_the_best_is_fre
     assert per_round[0] == 1 + 5 + 1
     assert per_round[1] - per_round[0] == 2 + 1
     assert {l for l, c in enumerate(s[1]) if c == 0} == {1, 3}
+
+
+def test_round_estimate_follows_the_observed_share():
+    from autocompress.compress.refine import rounds_left
+
+    cfg = RefineConfig()
+    assert rounds_left(0.0, cfg) == cfg.fill_rounds
+    # share 0.5, floor 0.03: 1.0 -> 0.5 -> 0.25 -> 0.125 -> 0.0625 -> 0.03125 -> 0.00125 -> done (7 rounds)
+    assert rounds_left(1.0, cfg) == 7 + cfg.fill_rounds
+    assert rounds_left(1.0, cfg, share=0.25) > rounds_left(1.0, cfg)  # capped rounds: more of them
+    assert rounds_left(1.0, cfg, share=0.9) == rounds_left(1.0, cfg)  # never faster than the schedule

@@ -126,3 +126,33 @@ def test_cache_positions_are_right_when_layer_zero_has_no_attention(tmp_path):
             nxt = model(seq, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
             seq = torch.cat([seq, nxt], dim=1)
     assert cached == seq[0, 9:].tolist()
+
+
+def test_a_tokenizer_without_a_class_gets_one_and_loads_without_the_model_code(tmp_path, hetero_checkpoint,
+                                                                             tokenizer_dir):
+    """A parent tokenizer_config.json that names no class would make transformers take the class
+    from the model config (remote code for DeciLM); the export names the stock class."""
+    import shutil
+
+    from autocompress.export.writer import _copy_tokenizer
+
+    src = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, src)
+    cfg = json.loads((src / "tokenizer_config.json").read_text())
+    cfg.pop("tokenizer_class", None)
+    (src / "tokenizer_config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    shutil.copytree(hetero_checkpoint[0], out)
+    _copy_tokenizer(src, out)
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    code = ("import sys\nfrom transformers import AutoTokenizer\n"
+            "t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=False)\n"
+            "print(t('def f(x):')['input_ids'])\n")
+    p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Do you wish" not in p.stdout
+    from transformers import AutoTokenizer
+
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == AutoTokenizer.from_pretrained(str(tokenizer_dir))(
+        "def f(x):")["input_ids"]

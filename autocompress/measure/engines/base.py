@@ -81,6 +81,21 @@ def relative_se(values) -> float:
     return math.sqrt(var / len(xs)) / mean
 
 
+class Ticker:
+    """Counts an engine run's units (generate calls or requests, warm-up included) for progress:
+    ``tick(done, total)`` after each; a no-op without ``tick``. ``total`` is the minimum count."""
+
+    def __init__(self, tick, total: int):
+        self.tick, self.total, self.done = tick, total, 0
+
+    def __call__(self, n: int = 1) -> None:
+        self.done += n
+        # past the minimum (sampling to ``target_se``) the count is open: the total follows it
+        self.total = max(self.total, self.done)
+        if self.tick:
+            self.tick(self.done, self.total)
+
+
 @dataclass(frozen=True)
 class Sample:
     """One request (serve) or one iteration of the whole batch (batch)."""
@@ -141,7 +156,8 @@ class Engine(Protocol):
 
     def load(self, model_dir, target, limits: EngineLimits) -> "Engine": ...
 
-    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings()) -> Measurement: ...
+    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings(), tick=None) -> Measurement:
+        """``tick(done, total)``: called after each generate call or request, warm-up included."""
 
     def close(self) -> None: ...
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from autocompress.measure.engines.base import (EngineLimits, Memory, Measurement, RunSettings, Sample, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
+from autocompress.measure.engines.base import (EngineLimits, Memory, Measurement, RunSettings, Sample, Ticker, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -125,7 +125,7 @@ class HFEngine:
         return Memory(engine_bytes=None, weights_bytes=self._weights, kv_reserved_bytes=0, activation_bytes=act,
                       rss_increase_bytes=peak_rss_bytes() - self._rss0, rss_after_load_bytes=self._rss_loaded)
 
-    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings()) -> Measurement:
+    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings(), tick=None) -> Measurement:
         import numpy as np
 
         assert self.model is not None, "load() first"
@@ -134,24 +134,30 @@ class HFEngine:
         c, n_in, n_out = workload.concurrency, workload.input_tokens, workload.output_tokens
         samples, elapsed = [], 0.0
         if workload.mode == "batch":
+            ticker = Ticker(tick, settings.warmup + settings.iterations)  # one generate each
             for _ in range(settings.warmup):
                 self._timed(prompt_batch(rng, c, n_in, self.vocab, prefix), n_out)
+                ticker()
             while settings.more(samples, elapsed, settings.iterations):
                 ttft, e2e = self._timed(prompt_batch(rng, c, n_in, self.vocab, prefix), n_out)
                 samples.append(Sample(ttft, e2e, n_out, n_in))
                 elapsed += e2e
+                ticker()
             warm = settings.warmup
             method = ("batch: one generate of the batch; TTFT = time to the first streamer step after the prompt, "
                       "E2E = time to the end of generate")
         else:
+            total = settings.serve_requests(c)
+            ticker = Ticker(tick, settings.warmup * c + total)  # in requests; a wave of c at a time
             for _ in range(settings.warmup):
                 self._timed(prompt_batch(rng, c, n_in, self.vocab, prefix), n_out)
-            total = settings.serve_requests(c)
+                ticker(c)
             while settings.more(samples, elapsed, total):
                 k = min(c, total - len(samples)) if len(samples) < total else c
                 ttft, e2e = self._timed(prompt_batch(rng, k, n_in, self.vocab, prefix), n_out)
                 samples += [Sample(ttft, e2e, n_out, n_in) for _ in range(k)]
                 elapsed += e2e
+                ticker(k)
             warm = settings.warmup * c
             method = ("serve: no continuous batching in transformers: sequential waves of c requests, one generate "
                       "each; a request's TTFT / E2E are its wave's")

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 from autocompress.catalog.precisions import PRECISIONS
-from autocompress.measure.engines.base import (EngineLimits, Measurement, Memory, RunSettings, Sample, checkpoint_weight_bytes, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
+from autocompress.measure.engines.base import (EngineLimits, Measurement, Memory, RunSettings, Sample, Ticker, checkpoint_weight_bytes, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 
@@ -189,7 +189,7 @@ class VLLMEngine:
                                  use_tqdm=False)
         return [list(o.outputs[0].token_ids) for o in outs]
 
-    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings()) -> Measurement:
+    def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings(), tick=None) -> Measurement:
         import numpy as np
 
         assert self.llm is not None, "load() first"
@@ -198,13 +198,18 @@ class VLLMEngine:
         prefix = shared_prefix(rng, workload, self.vocab)
         if self.limits.prefix_caching:
             self.llm.reset_prefix_cache()
-        run = self._batch if workload.mode == "batch" else self._serve
-        samples, elapsed, warm, method = run(workload, rng, prefix, settings)
+        if workload.mode == "batch":  # one run of the whole batch per sample
+            ticker = Ticker(tick, settings.warmup + settings.iterations)
+            samples, elapsed, warm, method = self._batch(workload, rng, prefix, settings, ticker)
+        else:
+            c = workload.concurrency
+            ticker = Ticker(tick, settings.warmup * c + settings.serve_requests(c))
+            samples, elapsed, warm, method = self._serve(workload, rng, prefix, settings, ticker)
         return summarize(engine=self.name, versions=self.versions, device=self.device, workload=workload,
                          samples=samples, elapsed_s=elapsed, warmup=warm, memory=self._memory(), method=method,
                          settings=self.settings)
 
-    def _batch(self, w, rng, prefix, s: RunSettings):
+    def _batch(self, w, rng, prefix, s: RunSettings, ticker):
         engine = self.llm.llm_engine
         b, n_in, n_out = w.concurrency, w.input_tokens, w.output_tokens
         params = self._params(n_out, delta=True)
@@ -229,6 +234,7 @@ class VLLMEngine:
                         if o.num_cached_tokens is not None:
                             cached.append(o.num_cached_tokens)
             assert all(v == n_out for v in got.values()), got
+            ticker()
             return Sample(max(first.values()) - t0, last - t0, n_out, n_in,
                           round(sum(cached) / len(cached)) if cached else None)
 
@@ -243,7 +249,7 @@ class VLLMEngine:
                   "wall time); TPOT = (E2E - TTFT)/(out - 1)")
         return samples, elapsed, s.warmup, method
 
-    def _serve(self, w, rng, prefix, s: RunSettings):
+    def _serve(self, w, rng, prefix, s: RunSettings, ticker):
         engine = self.llm.llm_engine
         c, n_in, n_out = w.concurrency, w.input_tokens, w.output_tokens
         params = self._params(n_out, delta=True)
@@ -288,6 +294,7 @@ class VLLMEngine:
                         eng_ttft = getattr(m, "first_token_latency", None) or None
                         done.append(Sample(first[o.request_id] - arrive[o.request_id], now - arrive[o.request_id],
                                            got[o.request_id], n_in, o.num_cached_tokens, eng_ttft))
+                        ticker()
                         if wanted():
                             add()
             self.last_outputs = [tokens[r] for r in sorted(tokens, key=lambda r: int(r.rsplit("-", 1)[1]))]
