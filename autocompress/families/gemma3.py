@@ -166,17 +166,12 @@ def _terms(parent_dir) -> tuple[tuple[Path, ...], object]:
 def load_exported(folder):
     """The export through transformers: stock Gemma 3, or our shipped class imported in-process
     (the same file as in the folder; no remote code runs)."""
-    import json
-
-    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    if json.loads((Path(folder) / "config.json").read_text()).get("auto_map"):
-        from autocompress.modeling.modeling_gemma3_hetero import AutocompressGemma3ForCausalLM
+    from autocompress.modeling.register import causal_lm_class
 
-        return AutocompressGemma3ForCausalLM.from_pretrained(str(folder), dtype="float32").eval()
-    return AutoModelForCausalLM.from_pretrained(str(folder), dtype="float32").eval()
+    hf_logging.disable_progress_bar()
+    return causal_lm_class(folder).from_pretrained(str(folder), dtype="float32").eval()
 
 
 def config(folder) -> HybridConfig:
