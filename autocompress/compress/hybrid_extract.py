@@ -65,6 +65,8 @@ def extract(permuted: Mapping[str, torch.Tensor], cfg: HybridConfig, arch: Archi
         m, f = b.mixer, b.ffn
         if m is not None:
             sd[pn(l, "mixer_norm")] = g("mixer_norm")[:d]
+            if cfg.arch.post_norms:
+                sd[pn(l, "post_mixer_norm")] = g("post_mixer_norm")[:d]
         if isinstance(m, Attention):
             K, k, hd = pb.mixer.kv_heads, m.kv_heads, m.head_dim
             pool = pool_matrix(m.q_heads, K, k)
@@ -92,6 +94,8 @@ def extract(permuted: Mapping[str, torch.Tensor], cfg: HybridConfig, arch: Archi
             sd[pn(l, "ssm_norm")], sd[pn(l, "out_proj")] = g("ssm_norm")[ch], g("out_proj")[:d][:, ch]
         if f is not None:
             sd[pn(l, "ffn_norm")] = g("ffn_norm")[:d]
+            if cfg.arch.post_norms:
+                sd[pn(l, "post_ffn_norm")] = g("post_ffn_norm")[:d]
         if isinstance(f, MLP):
             w = f.width
             sd[pn(l, "up")], sd[pn(l, "down")] = g("up")[:w, :d], g("down")[:d, :w]

@@ -48,7 +48,7 @@ def permute(params: Mapping[str, torch.Tensor], cfg: HybridConfig, stats) -> tup
         def put(name, t):
             out[pn(l, name)] = t
         g = lambda n: out[pn(l, n)]  # noqa: E731
-        for n in ("mixer_norm", "ffn_norm"):
+        for n in ("mixer_norm", "ffn_norm", "post_mixer_norm", "post_ffn_norm"):
             if pn(l, n) in out:
                 put(n, g(n)[hid])
         for n in IN_SIDE:

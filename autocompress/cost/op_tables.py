@@ -40,13 +40,15 @@ def _sub_block_fns(arch: Architecture, block: Block, p: Pass, nb: Numerics):
     m, f = block.mixer, block.ffn
     if isinstance(m, Attention):
         out.append(("mixer", {"kv_heads": m.kv_heads},
-                    lambda kv_heads, m=m: attention_ops(d, m.q_heads, kv_heads, m.head_dim, m.sliding_window, p, nb)))
+                    lambda kv_heads, m=m: attention_ops(d, m.q_heads, kv_heads, m.head_dim, m.sliding_window, p, nb,
+                                                        arch.post_norms)))
     elif isinstance(m, Mamba2):
         out.append(("mixer", {"mamba_heads": m.heads},
                     lambda mamba_heads, m=m: mamba_ops(d, mamba_heads, m.head_dim, m.state_size, m.groups,
                                                        m.conv_kernel, p, nb)))
     if isinstance(f, MLP):
-        out.append(("ffn", {"ffn_width": f.width}, lambda ffn_width, f=f: mlp_ops(d, ffn_width, f.gated, p, nb)))
+        out.append(("ffn", {"ffn_width": f.width}, lambda ffn_width, f=f: mlp_ops(d, ffn_width, f.gated, p, nb,
+                                                                                  arch.post_norms)))
     elif isinstance(f, MoE):
         out.append(("ffn", {"experts": f.experts, "expert_width": f.expert_width},
                     lambda experts, expert_width, f=f: moe_ops(d, experts, f.top_k, expert_width, f.shared_experts,

@@ -154,7 +154,8 @@ def kv_read_tokens(new: float, context: float, window: float | None) -> float:
 
 # ---- sub-block ops (sizes as plain numbers so coefficients can be taken numerically) ----------
 
-def attention_ops(d, heads, kv_heads, head_dim, window, p: Pass, nb: Numerics) -> list[Op]:
+def attention_ops(d, heads, kv_heads, head_dim, window, p: Pass, nb: Numerics, gemma: bool = False) -> list[Op]:
+    """``gemma``: Gemma 3's q/k head norms and post-norm (``Architecture.post_norms``) as well."""
     T, tp = p.tokens, nb.tp
     hq, hk = heads * head_dim / tp, kv_heads * head_dim / tp  # per-GPU q and k (= v) widths
     flops = bytes_ = 0.0
@@ -163,24 +164,29 @@ def attention_ops(d, heads, kv_heads, head_dim, window, p: Pass, nb: Numerics) -
         bytes_ += s.seqs * (2.0 * s.new_tokens * hq * nb.a  # Q read, O write
                             + 2.0 * hk * nb.kvb * kv_read_tokens(s.new_tokens, s.context, window)
                             + 2.0 * hk * nb.kvb * s.new_tokens)  # reshape_and_cache write
+    extra = [Op("attn.qk_norm", 4.0 * T * (hq + hk), 2.0 * nb.a * T * (hq + hk), 1.0, "elementwise"),
+             _norm("attn.post_norm", T, d, nb)] if gemma else []
     return [
         _norm("attn.norm", T, d, nb),
         gemm("attn.qkv", T, d, hq + 2 * hk, nb),
         Op("attn.rope", 6.0 * T * (hq + hk), 2.0 * nb.a * T * (hq + hk), 1.0, "elementwise"),
         Op("attn.core", flops, bytes_, 2.0, "attention"),
         gemm("attn.o", T, hq, d, nb),
+        *extra,
         *_allreduce("attn.allreduce", T, d, nb),
     ]
 
 
-def mlp_ops(d, width, gated, p: Pass, nb: Numerics) -> list[Op]:
+def mlp_ops(d, width, gated, p: Pass, nb: Numerics, post_norm: bool = False) -> list[Op]:
     T, I = p.tokens, width / nb.tp
     up = (2 if gated else 1) * I
+    post = [_norm("mlp.post_norm", T, d, nb)] if post_norm else []
     return [
         _norm("mlp.norm", T, d, nb),
         gemm("mlp.gate_up" if gated else "mlp.up", T, d, up, nb),
         Op("mlp.act", (5.0 if gated else 2.0) * T * I, nb.a * T * I * (3 if gated else 2), 1.0, "elementwise"),
         gemm("mlp.down", T, I, d, nb),
+        *post,
         *_allreduce("mlp.allreduce", T, d, nb),
     ]
 
@@ -240,12 +246,12 @@ def block_ops(arch: Architecture, block: Block, p: Pass, nb: Numerics) -> list[O
     ops: list[Op] = []
     m = block.mixer
     if isinstance(m, Attention):
-        ops += attention_ops(d, m.q_heads, m.kv_heads, m.head_dim, m.sliding_window, p, nb)
+        ops += attention_ops(d, m.q_heads, m.kv_heads, m.head_dim, m.sliding_window, p, nb, arch.post_norms)
     elif isinstance(m, Mamba2):
         ops += mamba_ops(d, m.heads, m.head_dim, m.state_size, m.groups, m.conv_kernel, p, nb)
     f = block.ffn
     if isinstance(f, MLP):
-        ops += mlp_ops(d, f.width, f.gated, p, nb)
+        ops += mlp_ops(d, f.width, f.gated, p, nb, arch.post_norms)
     elif isinstance(f, MoE):
         ops += moe_ops(d, f.experts, f.top_k, f.expert_width, f.shared_experts, f.shared_width, f.gated, p, nb)
     return ops

@@ -9,7 +9,14 @@ safetensors folder. So the conversion runs once and lands in the content-address
 
 ``key`` hashes the GGUF bytes, the transformers version and this module's code. The folder is written under a
 temporary name and renamed into place, so a crash never leaves a half-converted model that a later
-run would trust. The result is a stock ``LlamaForCausalLM`` folder for Llama-family GGUFs.
+run would trust. The result is a stock ``LlamaForCausalLM`` folder for Llama-family GGUFs and a
+stock ``Gemma3ForCausalLM`` one for Gemma 3 (``gemma3-270m``).
+
+Two things transformers 5.19 loses from a GGUF are restored here: a file that asks for a BOS
+token (``tokenizer.ggml.add_bos_token``; Gemma 3 degenerates without it: "The capital of France is
+France. The The The...") gets a tokenizer that adds it; and an alias whose weights come under a
+licence (``AliasInfo.terms``: the Gemma Terms of Use) gets that licence and a ``NOTICE`` in the
+folder, which every export then carries (``families.gemma3``).
 """
 
 from __future__ import annotations
@@ -66,17 +73,36 @@ def _tensor_progress(progress):
             hf_logging.enable_progress_bar()
 
 
-def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = None, progress=None) -> Path:
+def _add_terms(folder: Path, terms: Path | None, notice: str) -> None:
+    """The licence file and a NOTICE in ``folder`` (each written atomically; idempotent)."""
+    import shutil
+
+    if terms is None:
+        return
+    if not (folder / terms.name).is_file():
+        tmp = folder / f".{terms.name}.{os.getpid()}.tmp"
+        shutil.copy2(terms, tmp)
+        os.replace(tmp, folder / terms.name)
+    if notice and not (folder / "NOTICE").is_file():
+        tmp = folder / f".NOTICE.{os.getpid()}.tmp"
+        tmp.write_text(notice)
+        os.replace(tmp, folder / "NOTICE")
+
+
+def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = None, progress=None,
+                 terms: Path | None = None, notice: str = "") -> Path:
     """De-quantise ``gguf_path`` to an fp32 safetensors + tokenizer folder (cached); returns the folder.
 
     ``root``: put the folder exactly there instead of the content-addressed cache. ``progress``: an
-    ``autocompress.progress.Progress`` for the de-quantisation (tensors).
+    ``autocompress.progress.Progress`` for the de-quantisation (tensors). ``terms``: a licence
+    file copied in, with ``notice`` as the folder's NOTICE.
     """
     gguf_path = Path(gguf_path).resolve()
     if not gguf_path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {gguf_path}")
     out = gguf_cache_dir(gguf_path, root)
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        _add_terms(out, terms, notice)  # converted from its path before: the licence joins it now
         return out
 
     import torch
@@ -102,7 +128,14 @@ def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = 
             plain.tie_weights()
             del loaded
             plain.save_pretrained(tmp)
-            AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(tmp)
+            tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            from autocompress.parents.gguf_meta import read_gguf
+
+            wants_bos = bool(read_gguf(gguf_path).metadata.get("tokenizer.ggml.add_bos_token", False))
+            if wants_bos and tok.bos_token_id is not None and tok("a")["input_ids"][:1] != [tok.bos_token_id]:
+                tok.add_bos_token = True  # transformers 5.19 does not map the GGUF key (gguf_tokenizer_mapping.py)
+            tok.save_pretrained(tmp)
+            _add_terms(tmp, terms, notice)
             del plain
         atomic_write_json(tmp / MANIFEST, manifest_dict(out, None, "gguf-convert"))
     return out
@@ -116,7 +149,9 @@ def convert_alias(alias: str = "smollm2-135m", root: str | os.PathLike | None = 
     path = info.locate()
     if path is None:
         raise FileNotFoundError(f"parent {alias!r} is not installed: {info.install}")
-    return convert_gguf(path, root, progress)
+    notice = (f"{info.notice}\n\nDe-quantized to float32 by autocompress from {path.name} ({info.distribution}; "
+              f"originally {info.source}).\n") if info.notice else ""
+    return convert_gguf(path, root, progress, info.terms_path(), notice)
 
 
 def weights_folder(value: str, parent, progress=None) -> Path:

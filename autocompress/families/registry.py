@@ -9,7 +9,7 @@ build log). ``NOT_BUILT`` lists the families ``acc check`` reads but ``acc build
 compress yet, with the reason: ``acc check`` warns at the spec's ``model`` line, and ``acc
 build`` stops there with exit 2 before any work (``require_buildable``).
 
-A new family (issue 16: Gemma 3) adds one row here and one module under ``families/`` with a
+A new family (issue 16 added Gemma 3) adds one row here and one module under ``families/`` with a
 ``FAMILY`` object; ``tests/families/test_registry.py`` checks that the rows cover every family
 the parsers accept, and that every module's ``FAMILY`` has the row's name.
 """
@@ -78,6 +78,19 @@ NEMOTRON_H = FamilyEntry(
         ("mamba layers, state / head_dim / groups, shared experts", "fixed", "not pruned in this version"),
     ))
 
+GEMMA3 = FamilyEntry(
+    "gemma3", "families.gemma3", "Gemma 3 (homogeneous) or Gemma 3 with per_layer_config (remote code)", False,
+    ("kv_heads",), (), (
+        ("hidden", "global", "one residual width; the export rescales the tied embedding for sqrt(hidden_size)"),
+        ("kv_heads", "fixed", "Gemma 3 270M and 1B have 1 KV head: there is nothing to merge"),
+        ("mlp width, MLP removal", "per layer", "transformers' per_layer_config (intermediate_size, skip), served "
+                                                "by vLLM's Transformers backend with our modeling code"),
+        ("attention removal, layer removal", "per layer (transformers); fixed (vllm)",
+         "vLLM's Transformers backend needs an attention module in every layer ('does not dispatch through the "
+         "Transformers attention interface'), and its native gemma3.py has no per-layer fields"),
+        ("layer 0 attention", "kept", "transformers' cache takes the sequence length from layer 0"),
+    ))
+
 BUILD_FAMILIES: dict[str, FamilyEntry] = {
     "llama": LLAMA,
     "mistral": LLAMA,
@@ -86,14 +99,14 @@ BUILD_FAMILIES: dict[str, FamilyEntry] = {
     "qwen2_moe": QWEN2_MOE,
     "qwen3_moe": QWEN3_MOE,
     "nemotron_h": NEMOTRON_H,  # also nemotron_h_puzzle configs: the IR family of both
+    "gemma3_text": GEMMA3,
+    "gemma3": GEMMA3,  # the GGUF architecture name (parents/gguf_meta.py gives its IR the family gemma3_text)
 }
 
 # Parsed by ``acc check`` (parents/hf_config.py, parents/gguf_meta.py), not compressed by ``acc build``.
 NOT_BUILT: dict[str, str] = {
     "qwen2": "its q/k/v biases are not in the functional forward yet",
     "qwen3": "its q/k norms are not in the Llama forward yet",
-    "gemma3_text": "Gemma 3's extra norms and scalings are not in a functional forward yet (issue 16)",
-    "gemma3": "Gemma 3's extra norms and scalings are not in a functional forward yet (issue 16)",
 }
 
 

@@ -29,9 +29,37 @@ PUZZLE_AUTO_MAP = {
 }
 
 
+#: A heterogeneous Gemma 3 checkpoint (``families.gemma3``): stock ``gemma3_text`` config with
+#: ``per_layer_config``, our thin subclasses of the stock model classes. ``AutoModel`` is what vLLM's
+#: Transformers backend builds; the architecture name is one vLLM's registry does not know.
+GEMMA3_FILES = ("modeling_gemma3_hetero.py",)
+GEMMA3_ARCHITECTURE = "AutocompressGemma3ForCausalLM"
+GEMMA3_AUTO_MAP = {
+    "AutoModel": "modeling_gemma3_hetero.AutocompressGemma3TextModel",
+    "AutoModelForCausalLM": "modeling_gemma3_hetero.AutocompressGemma3ForCausalLM",
+}
+
+
 def source_dir() -> Path:
     """Folder holding the self-contained modeling files (for copying into a checkpoint)."""
     return Path(__file__).resolve().parent
+
+
+def causal_lm_class(folder):
+    """The class that loads an exported folder without remote code: our heterogeneous Gemma 3
+    class (imported in-process: the same file the folder ships) or ``AutoModelForCausalLM``
+    (after ``register()`` for DeciLM / NemotronH-Puzzle)."""
+    import json
+
+    config = json.loads((Path(folder) / "config.json").read_text())
+    if GEMMA3_ARCHITECTURE in (config.get("architectures") or []):
+        from autocompress.modeling.modeling_gemma3_hetero import AutocompressGemma3ForCausalLM
+
+        return AutocompressGemma3ForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    register()
+    return AutoModelForCausalLM
 
 
 def register() -> None:
@@ -50,4 +78,5 @@ def register() -> None:
     AutoModelForCausalLM.register(NemotronHPuzzleConfig, NemotronHPuzzleForCausalLM, exist_ok=True)
 
 
-__all__ = ["DECILM_AUTO_MAP", "DECILM_FILES", "PUZZLE_AUTO_MAP", "PUZZLE_FILES", "register", "source_dir"]
+__all__ = ["DECILM_AUTO_MAP", "DECILM_FILES", "GEMMA3_ARCHITECTURE", "GEMMA3_AUTO_MAP", "GEMMA3_FILES", "PUZZLE_AUTO_MAP", "PUZZLE_FILES",
+           "causal_lm_class", "register", "source_dir"]

@@ -7,13 +7,16 @@ Weights live in one **canonical** dict, the same for every family (the family mo
 
     embed [V, d], norm_f [d], lm_head [V, d] (absent when tied)
     L{l}.mixer_norm, L{l}.ffn_norm [d]           pre-norms (NemotronH: the layer's one norm)
+    L{l}.post_mixer_norm, L{l}.post_ffn_norm [d] post-norms (Gemma 3, ``arch.post_norms``)
     L{l}.q / k / v [n * hd, d], L{l}.o [d, H * hd]; L{l}.q_bias / k_bias / v_bias; L{l}.q_norm / k_norm [hd]
     L{l}.in_proj, conv_w [C, K], conv_b, A_log, D, dt_bias, ssm_norm, out_proj     (Mamba2, ``nn.mamba2``)
     L{l}.up / gate [I, d], L{l}.down [d, I]      dense MLP (gate only when gated)
     L{l}.router [E, d], router_bias [E]; e_up / e_gate [E, I, d], e_down [E, d, I];
     s_up / s_gate [Is, d], s_down [d, Is], s_router [1, d]                        (MoE, ``nn.moe``)
 
-A block runs ``x += mixer(norm(x))`` then ``x += ffn(norm(x))`` for the sub-blocks it has.
+A block runs ``x += mixer(norm(x))`` then ``x += ffn(norm(x))`` for the sub-blocks it has
+(Gemma 3: ``x += post_norm(mixer(norm(x)))``; its ``1 + w`` norms are stored as ``1 + w``, so one
+RMSNorm serves every family; ``nn.gemma3`` holds the rest of its globals).
 
 Masks (``HybridMasks``) have the meaning of ``nn.llama.Masks`` for hidden channels, dense FFN
 channels and KV-head options; ``moe[l]`` is a tuple of (weight, experts kept) options whose
@@ -53,6 +56,12 @@ class HybridConfig:
     shared_gate: bool = False  # sigmoid gate on the shared expert (Qwen2-MoE)
     dt_min: float = 0.0  # Mamba2 time-step floor (transformers: time_step_min)
     conv_bias: bool = True  # Mamba2 conv1d bias (use_conv_bias)
+    # Gemma 3 (``nn.gemma3``): token embeddings times sqrt(hidden), RoPE base of the sliding layers,
+    # query_pre_attn_scalar ** -0.5 instead of head_dim ** -0.5, tanh soft cap of the logits
+    embed_scale: float | None = None
+    rope_local_theta: float | None = None
+    query_scale: float | None = None
+    final_softcap: float | None = None
     native: Mapping[str, Any] = field(default_factory=dict, compare=False)  # the parent's config.json
 
     @property
@@ -80,6 +89,8 @@ def param_shapes(cfg: HybridConfig) -> dict[str, tuple[int, ...]]:
         m, f = b.mixer, b.ffn
         if m is not None:
             out[pn(l, "mixer_norm")] = (d,)
+            if A.post_norms:
+                out[pn(l, "post_mixer_norm")] = (d,)
         if isinstance(m, Attention):
             hd = m.head_dim
             for n, rows in (("q", m.q_heads * hd), ("k", m.kv_heads * hd), ("v", m.kv_heads * hd)):
@@ -98,6 +109,8 @@ def param_shapes(cfg: HybridConfig) -> dict[str, tuple[int, ...]]:
                 out[pn(l, "conv_b")] = (conv,)
         if f is not None:
             out[pn(l, "ffn_norm")] = (d,)
+            if A.post_norms:
+                out[pn(l, "post_ffn_norm")] = (d,)
         if isinstance(f, MLP):
             out[pn(l, "up")], out[pn(l, "down")] = (f.width, d), (d, f.width)
             if f.gated:
@@ -135,6 +148,8 @@ def attention(p: Mapping[str, torch.Tensor], cfg: HybridConfig, l: int, a: Atten
     q, k, v = proj("q", a.q_heads), proj("k", a.kv_heads), proj("v", a.kv_heads)
     if rope is not None:
         q, k = _rope(q, *rope), _rope(k, *rope)
+    if cfg.query_scale is not None:  # SDPA divides by sqrt(head_dim)
+        q = q * (cfg.query_scale * a.head_dim ** 0.5)
     if options is None:
         return _sdpa(q, k, v, a.sliding_window).transpose(1, 2)
     out = None
@@ -182,12 +197,17 @@ def forward(params: Mapping[str, torch.Tensor], cfg: HybridConfig, input_ids: to
     m = masks or HybridMasks()
     hm, count, eps = m.hidden, m.hidden_count, cfg.eps
     first, x = start if start is not None else (0, params["embed"][input_ids])
+    if cfg.embed_scale is not None and start is None:
+        x = x * cfg.embed_scale
     if hm is not None and start is None:
         x = x * hm
     a0 = next((b.attention for b in cfg.arch.blocks if b.attention), None)
-    rope = None
+    rope = local = None
     if a0 is not None and cfg.rope_theta is not None:
-        rope = rope_tables(input_ids.shape[1], a0.head_dim, cfg.rope_theta, x.device)
+        rope = local = rope_tables(input_ids.shape[1], a0.head_dim, cfg.rope_theta, x.device)
+        if cfg.rope_local_theta is not None:
+            local = rope_tables(input_ids.shape[1], a0.head_dim, cfg.rope_local_theta, x.device)
+    post = cfg.arch.post_norms
     for i in range(first, cfg.num_layers):
         b, x_in = cfg.arch.blocks[i], x
         if b.mixer is not None:
@@ -195,7 +215,8 @@ def forward(params: Mapping[str, torch.Tensor], cfg: HybridConfig, input_ids: to
             if tap:
                 tap("norm", i, h)
             if isinstance(b.mixer, Attention):
-                heads = attention(params, cfg, i, b.mixer, h, rope, None if m.attn is None else m.attn[i])
+                heads = attention(params, cfg, i, b.mixer, h, local if b.mixer.sliding_window else rope,
+                                  None if m.attn is None else m.attn[i])
                 if heads is not None and tap:
                     tap("heads", i, heads)
                 a = None if heads is None else heads.flatten(2) @ params[pn(i, "o")].T
@@ -206,6 +227,8 @@ def forward(params: Mapping[str, torch.Tensor], cfg: HybridConfig, input_ids: to
                 if pn(i, "conv_b") in params:
                     sub["conv_b"] = params[pn(i, "conv_b")]
                 a = mamba2.mixer(sub, h, mb.heads, mb.head_dim, mb.groups, mb.state_size, eps, cfg.dt_min, tap, i)
+            if a is not None and post:  # over the kept hidden channels, as the student's
+                a = rms_norm(a if hm is None else a * hm, params[pn(i, "post_mixer_norm")], eps, count)
             if a is not None:
                 x_new = x + (a if hm is None else a * hm)
                 if tap:
@@ -222,6 +245,8 @@ def forward(params: Mapping[str, torch.Tensor], cfg: HybridConfig, input_ids: to
                     tap("norm", i, h)
                 f = (mlp(params, i, b.ffn, h, cw, tap) if isinstance(b.ffn, MLP)
                      else moe_layer(params, cfg, i, b.ffn, h, opts, tap))
+                if post:
+                    f = rms_norm(f if hm is None else f * hm, params[pn(i, "post_ffn_norm")], eps, count)
                 x_new = x + (f if hm is None else f * hm)
                 if tap:
                     tap("ffn", i, x, x_new)
@@ -233,7 +258,10 @@ def forward(params: Mapping[str, torch.Tensor], cfg: HybridConfig, input_ids: to
         tap("norm", -1, h)
     if return_hidden:
         return h
-    return h @ (params["embed"] if cfg.arch.tie_embeddings else params["lm_head"]).T
+    logits = h @ (params["embed"] if cfg.arch.tie_embeddings else params["lm_head"]).T
+    if cfg.final_softcap is not None:
+        logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
+    return logits
 
 
 __all__ = ["HybridConfig", "HybridMasks", "attention", "forward", "mlp", "moe_layer", "param_shapes", "pn"]

@@ -270,7 +270,7 @@ def architecture_from_gguf(header: GGUFHeader, name: str = "") -> Architecture:
     # Per-layer KV heads may be an array in llama.cpp (e.g. DeciLM conversions).
     kv_list = [int(k) for k in kv] if isinstance(kv, list) else [int(kv)] * layers
     window = m.get(f"{arch}.attention.sliding_window")
-    activation = "gelu_tanh" if arch == "gemma3" else "silu"
+    activation = "gelu_pytorch_tanh" if arch == "gemma3" else "silu"  # transformers' name, as config.json
     blocks = []
     for i in range(layers):
         sw = None
@@ -282,8 +282,9 @@ def architecture_from_gguf(header: GGUFHeader, name: str = "") -> Architecture:
         notes.append(f"GGUF file type {m['general.file_type']}")
     if f"{arch}.rope.freq_base" in m:
         notes.append(f"rope theta {m[f'{arch}.rope.freq_base']:g}")
+    gemma = arch == "gemma3"
     return Architecture(
-        family=arch,
+        family="gemma3_text" if gemma else arch,  # the family of the converted folder's config.json
         vocab_size=vocab,
         hidden_size=hidden,
         num_heads=heads,
@@ -293,4 +294,6 @@ def architecture_from_gguf(header: GGUFHeader, name: str = "") -> Architecture:
         max_position=int(_key(m, f"{arch}.context_length", 8192, required=False)),
         name=name or str(m.get("general.name", "")),
         notes=tuple(notes),
+        post_norms=gemma,
+        qk_norm=gemma,
     )

@@ -6,12 +6,13 @@ config.json only lists the values that differ from them: e.g. ``tie_word_embeddi
 to False for Llama/Qwen/Mixtral/NemotronH but True for Gemma3.
 
 What the IR does not carry (counted in ``notes`` where it changes the parameter count): attention
-and MLP biases (Qwen2 q/k/v bias), Gemma3's extra post-norms and q/k norms, Qwen3's q/k norms, the
+and MLP biases (Qwen2 q/k/v bias), Qwen3's q/k norms, the
 Qwen2-MoE shared-expert gate and the NemotronH router bias. Each is < 0.01% of the parameters.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from autocompress.ir import MLP, Architecture, Attention, Block, MoE
@@ -94,19 +95,50 @@ def _qwen_moe(c: Cfg, name: str) -> Architecture:
 def _gemma3(c: Cfg, name: str) -> Architecture:
     """Gemma3 text: head_dim 256 by default; every ``sliding_window_pattern``-th layer is global.
 
-    Query scaling (``query_pre_attn_scalar``), the embedding scale and the four norms per layer do
-    not change shapes; the IR records head_dim only and counts two norms per layer.
+    Query scaling (``query_pre_attn_scalar``), the embedding scale and the local RoPE base do not
+    change shapes; the four norms per layer and the q/k head norms are counted (``post_norms``,
+    ``qk_norm``), so the IR's count is the published one.
     """
     hidden, heads, kv, hd = ca.heads(c, 256)
     layers = c.int("num_hidden_layers")
     window = c.int("sliding_window", 4096)
     pattern = c.int("sliding_window_pattern", c.int("_sliding_window_pattern", 6))
     windows = ca.layer_windows(c, layers, window, lambda i: (i + 1) % pattern != 0)
-    mlp = MLP(c.int("intermediate_size"), True, ca.act(c, "hidden_activation", "gelu_pytorch_tanh"))
-    blocks = [Block(Attention(heads, kv, hd, windows[i]), mlp) for i in range(layers)]
-    notes = ["post-attention/post-FFN norms and q/k norms (2 x hidden + 2 x head_dim per layer) not counted",
-             f"query_pre_attn_scalar {c.raw.get('query_pre_attn_scalar', 256)}"]
-    return ca.arch(c, "gemma3_text", blocks, hidden, heads, hd, True, 131072, name, notes)
+    act = ca.act(c, "hidden_activation", "gelu_pytorch_tanh")
+    per = _per_layer(c, layers)
+    blocks = []
+    for i in range(layers):
+        o = per.get(i, {})
+        skip = o.get("skip") or []
+        width = o.get("intermediate_size", c.int("intermediate_size"))
+        if not isinstance(width, int) or isinstance(width, bool) or width <= 0:
+            raise ConfigError(f"{c.where}: per_layer_config[{i}].intermediate_size must be a positive integer, "
+                              f"got {width!r}", "per_layer_config")
+        blocks.append(Block(None if "self_attn" in skip else Attention(heads, kv, hd, windows[i]),
+                            None if "mlp" in skip else MLP(width, True, act)))
+    notes = [f"query_pre_attn_scalar {c.raw.get('query_pre_attn_scalar', 256)}"]
+    a = ca.arch(c, "gemma3_text", blocks, hidden, heads, hd, True, 131072, name, notes)
+    return replace(a, post_norms=True, qk_norm=True)
+
+
+def _per_layer(c: Cfg, layers: int) -> dict[int, dict]:
+    """transformers' heterogeneous ``per_layer_config`` (our Gemma 3 exports): layer -> overrides;
+    only ``intermediate_size`` and ``skip`` (``self_attn`` / ``mlp``) are read, others refused."""
+    raw = c.raw.get("per_layer_config") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{c.where}: 'per_layer_config' must map layer indices to overrides", "per_layer_config")
+    out = {}
+    for k, o in raw.items():
+        if not str(k).isdigit() or not 0 <= int(k) < layers or not isinstance(o, dict):
+            raise ConfigError(f"{c.where}: per_layer_config key {k!r} must be a layer index in 0..{layers - 1} "
+                              "with a mapping of overrides", "per_layer_config")
+        other = sorted(set(o) - {"intermediate_size", "skip"})
+        bad_skip = sorted(set(o.get("skip") or []) - {"self_attn", "mlp"})
+        if other or bad_skip:
+            raise ConfigError(f"{c.where}: per_layer_config[{k}] may set intermediate_size and skip (self_attn, mlp); "
+                              f"got {other + bad_skip}", "per_layer_config")
+        out[int(k)] = o
+    return out
 
 
 def ffn_mult_to_intermediate_size(ffn_mult: float, hidden: int) -> int:

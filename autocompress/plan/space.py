@@ -129,6 +129,15 @@ def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tupl
         kept_attention = (parent.attention_layers()[0],)
         why.append(("attention kept", f"layer {kept_attention[0]}", "an export without attention layers has no "
                     "KV cache, which transformers' NemotronH cache (and generate) cannot do without"))
+    if fam is not None and fam.name == "gemma3" and parent.attention_layers():
+        # vLLM's Transformers backend needs attention in every layer (registry.GEMMA3); transformers'
+        # cache reads the sequence length from layer 0's
+        keep = parent.attention_layers() if engine == "vllm" else parent.attention_layers()[:1]
+        kept_attention = tuple(keep)
+        why.append(("attention kept", "every layer" if engine == "vllm" else f"layer {keep[0]}",
+                    "engine vllm serves a heterogeneous Gemma 3 only through its Transformers backend, which "
+                    "needs an attention module in every layer (so no attention or whole-layer removal)"
+                    if engine == "vllm" else "transformers' Gemma 3 cache takes the sequence length from layer 0"))
     first = engine == "vllm" and (fam is None or fam is LLAMA)
     if first:
         why.append(("layer 0 attention", "kept",

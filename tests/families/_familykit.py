@@ -22,7 +22,8 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=128, num_attention_heads=4, num_key_
 
 def hf_config(family: str, **over):
     """The transformers config of a tiny parent of ``family`` (mixtral, qwen2_moe, qwen3_moe,
-    nemotron_h: Mamba2 + attention + MLP + MoE; nemotron_h_dense: without MoE, what vLLM-CPU runs)."""
+    nemotron_h: Mamba2 + attention + MLP + MoE; nemotron_h_dense: without MoE, what vLLM-CPU runs;
+    gemma3)."""
     import transformers as tf
 
     if family == "mixtral":
@@ -37,6 +38,10 @@ def hf_config(family: str, **over):
         return tf.Qwen3MoeConfig(**{**COMMON, "head_dim": 32, "intermediate_size": 128, "moe_intermediate_size": 64,
                                     "num_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 3,
                                     "norm_topk_prob": True, **over})
+    if family == "gemma3":  # 6 layers: 5 sliding (window 8) and 1 global; a query scale other than head_dim's
+        return tf.Gemma3TextConfig(**{**COMMON, "num_key_value_heads": 1, "head_dim": 32, "intermediate_size": 128,
+                                      "num_hidden_layers": 6, "sliding_window": 8, "query_pre_attn_scalar": 24,
+                                      "final_logit_softcapping": 30.0, "tie_word_embeddings": True, **over})
     pattern = over.pop("pattern", "M*-E" if family == "nemotron_h" else "M*-M*-")
     legacy = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
     return tf.NemotronHConfig(**{**COMMON, "layers_block_type": [legacy[c] for c in pattern], "head_dim": 32,
@@ -70,7 +75,7 @@ def save_parent(family: str, out: Path, seed: int = 0, **over) -> Path:
     return out
 
 
-FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "nemotron_h")
+FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "nemotron_h", "gemma3")
 IDS = [[0, 17, 33, 60, 101, 7, 250, 3, 99, 12, 44, 301, 5, 77, 410, 2], [0, 250, 3, 99, 12, 44, 8, 9, 10, 11, 12,
                                                                          13, 14, 15, 16, 17]]
 

@@ -3,7 +3,8 @@ greedy tokens of stock transformers.
 
 Each export is a pruned architecture of a tiny random parent (smaller hidden size, fewer experts,
 narrower experts and, for NemotronH, fewer Mamba2 heads, per-layer KV heads and MLP widths and a
-removed layer: the Puzzle format). vLLM's CPU backend has no kernel for NemotronH's non-gated MoE
+removed layer: the Puzzle format; Gemma 3: per-layer MLP widths and a removed MLP, served through
+vLLM's Transformers backend with the modeling code shipped in the folder). vLLM's CPU backend has no kernel for NemotronH's non-gated MoE
 experts (``NotImplementedError: is_act_and_mul=False is supported only for CUDA, XPU and ROCm``):
 that case is pinned as the known failure, so a vLLM that gains the kernel shows up here; its GPU
 path is untested (docs/decisions.md, 2026-12-01).
@@ -68,8 +69,10 @@ def _pruned(arch):
             first_attn = False
         if isinstance(f, MoE):
             f = replace(f, experts=f.experts - 1, expert_width=f.expert_width // 2)
-        if isinstance(f, MLP) and arch.family == "nemotron_h":
+        if isinstance(f, MLP) and arch.family in ("nemotron_h", "gemma3_text"):
             f = replace(f, width=f.width - 32 * (i % 2))
+        if arch.family == "gemma3_text" and i == 3:
+            f = None  # an MLP removed (vLLM's Transformers backend needs every attention: registry.GEMMA3)
         blocks.append(Block(m, f))
     if arch.family == "nemotron_h":
         blocks[-1] = Block(None, None)  # a removed layer
@@ -89,13 +92,13 @@ def _export(family_name, tmp_path, **over):
     return tmp_path / "out", fmt
 
 
-def _hf_greedy(folder):
+def _hf_greedy(folder, remote=False):
     from transformers import AutoModelForCausalLM
 
     from autocompress.modeling.register import register
 
     register()
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, trust_remote_code=remote).eval()
     out = []
     for p in PROMPTS:
         ids = torch.tensor([p])
@@ -120,10 +123,13 @@ def _vllm(folder, tmp_path):
     ("qwen2_moe", {}, "Qwen2MoeForCausalLM"),
     ("qwen3_moe", {}, "Qwen3MoeForCausalLM"),
     ("nemotron_h", {"pattern": "M*-M*-"}, "NemotronHPuzzleForCausalLM"),
+    # per-layer MLP widths, a removed MLP, half the hidden size: per_layer_config + our shipped class,
+    # which vLLM serves through its Transformers backend (sliding window 8 < prompt + 8 new tokens)
+    ("gemma3", {}, "AutocompressGemma3ForCausalLM"),
 ])
 def test_vllm_cpu_serves_the_export_like_transformers(family, over, arch, tmp_path):
     folder, fmt = _export(family, tmp_path, **over)
-    expected = _hf_greedy(folder)
+    expected = _hf_greedy(folder, remote=family == "gemma3")
     run = _vllm(folder, tmp_path)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     got = json.loads(next(x for x in run.stdout.splitlines() if x.startswith("RESULT ")).removeprefix("RESULT "))

@@ -1,6 +1,7 @@
 """The torch side of the MoE and hybrid families on tiny random parents saved by transformers:
 
-* the functional forward equals transformers' model (logits), for per-expert and fused checkpoints;
+* the functional forward equals transformers' model (logits), for per-expert and fused checkpoints
+  (Gemma 3: sliding and global layers, q/k and post norms, embedding and query scales, soft cap);
 * the permutation keeps the function;
 * the extracted student equals the masked supernet at the same architecture (global sizes,
   hidden, KV heads, experts, widths, removed sub-blocks);
@@ -31,7 +32,8 @@ from autocompress.progress import Progress  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-CASES = {"mixtral": {}, "qwen2_moe": {}, "qwen3_moe": {}, "nemotron_h": {}, "nemotron_h_dense": {"pattern": "M*-M*-"}}
+CASES = {"mixtral": {}, "qwen2_moe": {}, "qwen3_moe": {}, "nemotron_h": {}, "nemotron_h_dense": {"pattern": "M*-M*-"},
+         "gemma3": {}}
 LONG = torch.tensor([[(7 * i + 3 * j) % 500 for i in range(40)] for j in range(2)])  # > the Mamba2 chunk
 
 _STOCK = textwrap.dedent("""
@@ -135,7 +137,8 @@ def test_prefix_chain_permute_supernet_extract_export(parents, name, tmp_path):
     assert torch.allclose(got, expected, atol=2e-5, rtol=1e-4), (got - expected).abs().max()
     cls = run.stdout.strip().splitlines()[-1]
     assert cls == {"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-                   "nemotron_h": "NemotronHForCausalLM", "nemotron_h_puzzle": "NemotronHPuzzleForCausalLM"}[fmt]
+                   "nemotron_h": "NemotronHForCausalLM", "nemotron_h_puzzle": "NemotronHPuzzleForCausalLM",
+                   "gemma3_text": "Gemma3ForCausalLM", "gemma3_hetero": "AutocompressGemma3ForCausalLM"}[fmt]
     exported = architecture_from_config(json.loads((tmp_path / "out" / "config.json").read_text()))
     kept = tuple(b for b in student_arch.blocks if b.mixer is not None or b.ffn is not None)  # removed layers dropped
     assert exported.blocks == kept and exported.hidden_size == student_arch.hidden_size

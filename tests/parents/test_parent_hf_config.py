@@ -72,9 +72,9 @@ PARAMS = [
     ("qwen3-30b-a3b.json", 30_532_122_624, 48 * 2 * 128, None),
     # q/k/v biases: 3584 + 2 x 512 per layer x 28 layers
     ("qwen2.5-7b.json", 7_615_616_512, 28 * (3584 + 2 * 512), None),
-    # post-attention and post-FFN norms (2 x 1152) + q/k norms (2 x 256), x 26 layers
-    ("gemma-3-1b-it.json", 999_885_952, 26 * (2 * 1152 + 2 * 256), None),
-    ("gemma-3-270m.json", 268_098_176, 18 * (2 * 640 + 2 * 256), None),
+    # Gemma 3: post-norms and q/k norms are in the IR (post_norms, qk_norm): exact
+    ("gemma-3-1b-it.json", 999_885_952, 0, None),
+    ("gemma-3-270m.json", 268_098_176, 0, None),
     # router e_score_correction_bias: 128 per MoE layer x 23 layers
     ("nemotron-3-nano-30b-a3b.json", 31_577_940_288, 23 * 128, None),
 ]

@@ -85,7 +85,7 @@ def test_alias_not_installed(monkeypatch, tmp_path):
 
 def test_unknown_alias_suggests(tmp_path):
     d = error_of(ref("alias", "smollm2-135"), tmp_path).diagnostics[0]
-    assert d.message == "unknown model alias 'smollm2-135': built-in aliases are smollm2-135m"
+    assert d.message == "unknown model alias 'smollm2-135': built-in aliases are gemma3-270m, smollm2-135m"
     assert d.hint == "did you mean 'smollm2-135m'?" and d.code == "unknown-alias"
 
 

@@ -51,7 +51,6 @@ class HFEngine:
 
     def load(self, model_dir, target, limits: EngineLimits | None = None) -> "HFEngine":
         import torch
-        from transformers import AutoModelForCausalLM
 
         from autocompress.catalog.hardware import resolve_device
         from autocompress.modeling.register import register
@@ -69,8 +68,10 @@ class HFEngine:
         reset_peak_rss()
         t0 = time.perf_counter()
         dtype = getattr(torch, _DTYPES[target.weight_precision])
-        model = AutoModelForCausalLM.from_pretrained(Path(model_dir), dtype=dtype, trust_remote_code=False,
-                                                     attn_implementation=self.attn)
+        from autocompress.modeling.register import causal_lm_class  # Gemma 3 hetero: our class, in-process
+
+        model = causal_lm_class(model_dir).from_pretrained(Path(model_dir), dtype=dtype, trust_remote_code=False,
+                                                           attn_implementation=self.attn)
         self.dev = torch.device("cuda" if self.kind == "gpu" else "cpu")
         self.model = model.to(self.dev).eval()
         self.model.generation_config.eos_token_id = None  # ignore_eos
