@@ -31,7 +31,8 @@ def main(paths: list[str]) -> int:
         assert r["parent"]["tasks"] == parent["tasks"], f"{name}: another parent"
     head = "| task | metric | n | parent | " + " | ".join(n for n, _ in rows) + " |"
     out = [head, "|" + "---|" * (head.count("|") - 1)]
-    for t, pr in parent["tasks"].items():
+    for t in [t for t in TITLES if t in parent["tasks"]]:  # the registry's order
+        pr = parent["tasks"][t]
         out.append(f"| {TITLES[t]} | {pr['metric']} | {pr['n']} | {pct(pr)} | "
                    + " | ".join(pct(r["student"]["tasks"][t]) for _, r in rows) + " |")
     ps = parent["summary"]

@@ -58,7 +58,8 @@ def _humaneval(folder: Path, load) -> dict | None:
     from autocompress.accuracy.stage import model_digest
     from autocompress.compress.evaluate import humaneval
 
-    path = cache.cache_root() / "accuracy" / f"humaneval-{cache.key(model_digest(folder), cache.code_digest('autocompress.compress.evaluate'))[:20]}.json"
+    key = cache.key(model_digest(folder), cache.code_digest("autocompress.compress.evaluate"))[:20]
+    path = cache.cache_root() / "accuracy" / f"humaneval-{key}.json"
     if path.exists():
         return json.loads(path.read_text())
     import torch

@@ -126,8 +126,8 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
             parent_quality, target, p.data.heldout, p.held_teacher, p.folder, strat, p.family.load_exported)))
         from autocompress.accuracy.command import build_accuracy  # the eight benchmarks, cached stages
 
-        acc = p.timed(f"accuracy{tag}", lambda: dist.main_only(lambda: build_accuracy(p.folder, target, p.work,
-                                                                                   progress)))
+        # every rank enters the stage (run_stage's collectives); rank 0 alone scores, the others wait
+        acc = p.timed(f"accuracy{tag}", lambda: build_accuracy(p.folder, target, p.work, progress))
         if quality is not None:  # rank 0
             quality["accuracy"] = acc
         return chosen, arch, {**st.summary, "format": fmt}, quality
