@@ -14,7 +14,8 @@ Two ways to compute the same numbers: ``exact`` runs every full sequence of a do
 right-padded batch (as HFLM); ``fast`` runs the shared token prefix once and the suffixes on a
 repeated KV cache. ``auto`` takes fast when (shared prefix) x (choices - 1) >= 48 tokens (BoolQ,
 MMLU, HellaSwag, ARC); on SmolLM2-135M both agreed with lm-eval on 400/400 documents, max |dll|
-7.6e-5 in fp32 (research note of issue 13). A model without a KV cache falls back to exact.
+7.6e-5 in fp32 (research note of issue 13). A cache that cannot be repeated per row (NemotronH's
+Mamba2 state layers in transformers 5.19) falls back to exact.
 """
 
 from __future__ import annotations
@@ -121,7 +122,14 @@ def loglikelihoods(model, encoder: Encoder, pairs, max_len: int, mode: str = "au
     starts = [len(x) - len(k) for x, k in zip(inps, conts)]  # the first position predicting cont[0]
     if mode == "auto":
         mode = "fast" if _shared(inps) * (len(inps) - 1) >= FAST_MIN_SHARED else "exact"
-    rows = _rows_fast(model, inps, starts) if mode == "fast" else _rows_exact(model, inps, starts)
+    rows = None
+    if mode == "fast":
+        try:
+            rows = _rows_fast(model, inps, starts)
+        except AttributeError:  # a cache that cannot be repeated per batch row (Mamba2 state layers)
+            rows = None
+    if rows is None:
+        rows = _rows_exact(model, inps, starts)
     out = []
     for r, k in zip(rows, conts):
         kt = torch.tensor(k)
