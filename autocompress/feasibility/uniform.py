@@ -57,8 +57,9 @@ def _uniform_grid(relax: Relaxation, dropped: list[list[int]], kvs: list[int], w
     return X.reshape(-1, 4 * L)
 
 
-def uniform_search(relaxes: dict[int, Relaxation], profile, device, limits=None):
-    """(architecture, evaluation, importance) of the best uniform candidate, or None."""
+def _grid_candidates(relaxes: dict[int, Relaxation]) -> list[tuple[float, int, tuple, np.ndarray]]:
+    """(prior score, hidden, grid cell (depth, KV, width, experts indices), LP point) of every
+    uniform candidate the relaxation's numeric model accepts, best prior first."""
     cands = []
     for d, relax in relaxes.items():
         L, sp = relax.L, relax.space
@@ -77,13 +78,23 @@ def uniform_search(relaxes: dict[int, Relaxation], profile, device, limits=None)
         moe = any(isinstance(b.ffn, MoE) for b in relax.parent.blocks)
         es = sorted(sp.expert_choices, reverse=True) if moe and sp.allows("experts") else None
         X = _uniform_grid(relax, [order[:int(round(share * L))] for share in shares], kvs, width_grid, es)
-        X = X[X @ relax.param_lin >= sp.min_keep * parent_params]
+        cells = np.stack(np.unravel_index(np.arange(len(X)), (len(shares), len(kvs), len(width_grid),
+                                                              len(es or [None]))), axis=1)
+        keep = X @ relax.param_lin >= sp.min_keep * parent_params
+        X, cells = X[keep], cells[keep]
         if not len(X):
             continue
         ok = (relaxed_batch(relax, X) <= 1.0).all(axis=1)
-        cands += [(float(sc), d, x) for sc, x in zip(score_x(X[ok], factor), X[ok])] if ok.any() else []
+        if ok.any():
+            cands += [(float(sc), d, tuple(int(i) for i in c), x) for sc, c, x in
+                      zip(score_x(X[ok], factor), cells[ok], X[ok])]
     cands.sort(key=lambda c: -c[0])
-    for score, d, x in cands[:EXACT_TRIES]:
+    return cands
+
+
+def uniform_search(relaxes: dict[int, Relaxation], profile, device, limits=None):
+    """(architecture, evaluation, importance, hidden) of the best uniform candidate by the prior, or None."""
+    for score, d, _, x in _grid_candidates(relaxes)[:EXACT_TRIES]:
         arch = x_to_arch(relaxes[d], x)
         ev = evaluate(arch, relaxes[d].spec, profile, device, limits)
         if ev.ok:
@@ -91,4 +102,23 @@ def uniform_search(relaxes: dict[int, Relaxation], profile, device, limits=None)
     return None
 
 
-__all__ = ["uniform_search", "drop_order", "arch_to_x"]
+def uniform_frontier(relaxes: dict[int, Relaxation], profile, device, limits=None, max_exact: int = 256):
+    """The uniform candidates worth measuring: for every (hidden, depth, KV heads, experts) the
+    widest FFN the exact cost model accepts (a narrower one at the same cell only loses quality),
+    best prior first, as (architecture, evaluation, importance, hidden). Minitron's candidate
+    set: the grid's frontier, judged afterwards by measured quality (``compress.baseline``)."""
+    out, seen, tried = [], set(), 0
+    for score, d, cell, x in _grid_candidates(relaxes):
+        group = (d, cell[0], cell[1], cell[3])
+        if group in seen or tried >= max_exact:
+            continue
+        arch = x_to_arch(relaxes[d], x)
+        ev = evaluate(arch, relaxes[d].spec, profile, device, limits)
+        tried += 1
+        if ev.ok:  # the widest width of this cell that passes (candidates come widest first per cell)
+            seen.add(group)
+            out.append((arch, ev, score, d))
+    return out
+
+
+__all__ = ["uniform_search", "uniform_frontier", "drop_order", "arch_to_x"]

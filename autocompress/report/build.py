@@ -102,15 +102,28 @@ def render_build_markdown(r: dict) -> str:
         out += ["", f"HumanEval reference solutions ({he['student']['problems']} problems, "
                     f"{he['student']['tokens']:,} tokens), mean log-prob per token: parent "
                     f"{he['parent']['mean_logprob']:.4f}, student {he['student']['mean_logprob']:.4f}"]
+    acc = q.get("accuracy") or {}
+    if acc.get("student"):
+        from autocompress.report.accuracy import render_accuracy_markdown
+
+        out += ["", render_accuracy_markdown(acc).rstrip()]
+    elif acc.get("skipped"):
+        out += ["", f"Benchmark accuracy: not measured ({acc['skipped']})"]
     if r.get("baseline"):
         b = r["baseline"]
         out += ["", f"Uniform baseline (same importance, cost model, bounds and distillation budget): "
-                    f"{b['architecture']['params'] / 1e6:,.1f}M params"]
+                    f"{b['architecture']['params'] / 1e6:,.1f}M params" + (f"; {b['how']}" if b.get("how") else "")]
         for kind, s in b["quality"]["student"].items():
             out.append(f"- {kind}: ppl {s['ppl']:.2f}, KL {s['kl']:.4f}, top-1 {s['top1']:.1%}")
         bhe = (b["quality"].get("humaneval") or {}).get("student")
         if bhe:
             out.append(f"- HumanEval mean log-prob per token: {bhe['mean_logprob']:.4f}")
+        bacc = (b["quality"].get("accuracy") or {}).get("student")
+        if bacc:
+            s = bacc["summary"]
+            kept = b["quality"]["accuracy"]["retained"]["mean"]
+            out.append(f"- eight-benchmark mean: {100 * s['mean']:.1f} ± {100 * s['stderr']:.1f}"
+                       + (f" ({kept:.1%} of the parent's)" if kept is not None else ""))
     out += ["", "### Plots", ""] + plots_markdown(r.get("plots") or [])
     out += ["### Architecture (per layer; the architecture plot above draws it)", "",
             "| layers | mixer | FFN |", "|---|---|---|"]

@@ -95,6 +95,9 @@ def test_output_folder_is_complete(built):
         else:
             assert f"plot `{e['name']}` skipped" in md
     assert {e["name"] for e in report["plots"]} == {"architecture", "costs", "quality-cost"}
+    acc = report["quality"]["accuracy"]  # the eight benchmarks on the fixture documents (3 per split)
+    assert acc["student"]["summary"]["docs"] == acc["parent"]["summary"]["docs"] == 27
+    assert acc["retained"]["mean"] > 0 and "Benchmark accuracy" in (out / "autocompress-report.md").read_text()
     assert any("[distill]" in m for m in logs) and any("strategy" in m for m in logs)  # derived settings logged
 
 

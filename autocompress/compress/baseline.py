@@ -1,0 +1,67 @@
+"""The fair Minitron++ baseline: the uniform arm's measured choice among its grid candidates.
+
+Minitron ranks its candidate architectures by measured quality, not by an importance prior. The
+uniform strategy used to take the single top candidate by the prior; on serve-h100 that choice
+(KV 1 in every layer) collapsed to code ppl 67.9 while other uniform points at the same cost
+(fewer layers, more KV heads) were never measured (issue 13). Now:
+
+    candidates  the uniform grid's frontier (``feasibility.uniform.uniform_frontier``): for every
+                hidden size, depth, KV-head count (and expert count) the widest FFN the exact cost
+                model accepts; all meet the contract
+    measure     each candidate's KL to the parent on the *selection rows* autocompress's final
+                choice uses (``search._measures``: the same rows, tokens and top-k teacher), best
+                prior first, while the budget lasts
+    choose      the lowest KL
+
+Budget: the same number of measured tokens autocompress's refinement may spend
+(``RefineConfig.max_evals`` forwards of search batch x search tokens). A selection forward reads
+4x a search forward's rows, so at most ``max_evals // 4`` candidates are measured; the report lists
+both arms' actual forwards and tokens. Orchestration only: the KL is passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+SELECT_ROWS = 4  # a selection forward reads 4 x search batch rows (search._measures)
+
+
+def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, max_evals: int, search_tokens: int,
+                     log: Callable[[str], None] = lambda m: None) -> tuple[object, float, dict]:
+    """(architecture, its KL, the report's ``refine`` entry) of the measured choice.
+
+    ``frontier``: (arch, evaluation, prior importance, hidden) best prior first; ``to_state(arch)``
+    the supernet's state (``ValueError``: not expressible there, skipped); ``search_tokens``: the
+    tokens of one search forward (search batch x search tokens)."""
+    budget = max(1, max_evals // SELECT_ROWS)
+    t0 = time.perf_counter()
+    scored, skipped = [], 0
+    for arch, ev, prior, d in frontier:
+        if len(scored) >= budget:
+            break
+        try:
+            state = to_state(arch)
+        except ValueError:  # other global sizes than this supernet's
+            skipped += 1
+            continue
+        kl = float(select_kl(state))
+        kept = [b for b in arch.blocks if b.attention or b.ffn]
+        kv = sorted({b.attention.kv_heads for b in kept if b.attention})
+        width = sorted({b.ffn.width for b in kept if b.ffn and hasattr(b.ffn, "width")})
+        name = f"uniform: {len(kept)} layers, KV {'/'.join(map(str, kv)) or '-'}, FFN {'/'.join(map(str, width)) or '-'}"
+        scored.append({"name": name, "kl": round(kl, 4), "hidden": d, "layers": len(kept),
+                       "attention": sum(1 for b in arch.blocks if b.attention),
+                       "ffn": sum(1 for b in arch.blocks if b.ffn), "prior": float(f"{prior:.4g}"), "arch": arch})
+        log(f"[baseline] {name}, hidden {d}: KL {kl:.3f} (prior {prior:.4g})")
+    if not scored:
+        raise ValueError("no uniform candidate could be measured on this supernet")
+    best = min(scored, key=lambda c: c["kl"])
+    top_prior = scored[0]
+    log(f"[baseline] measured choice: {best['name']}, hidden {best['hidden']}, KL {best['kl']:.3f} "
+        f"(the prior's top: {top_prior['kl']:.3f}); {len(scored)} of {len(frontier)} frontier candidates measured")
+    entry = {"forwards": len(scored), "tokens_per_forward": SELECT_ROWS * search_tokens,
+             "tokens": len(scored) * SELECT_ROWS * search_tokens, "budget_tokens": max_evals * search_tokens,
+             "seconds": round(time.perf_counter() - t0, 1), "frontier": len(frontier), "skipped": skipped,
+             "candidates": [{k: v for k, v in c.items() if k != "arch"} for c in scored]}
+    return best["arch"], best["kl"], entry

@@ -1,0 +1,32 @@
+"""``acc build --baseline uniform`` on the tiny parent: the uniform arm chooses among its grid's
+frontier by measured KL and lists its candidates under ``baseline`` in the report JSON; both arms
+carry the eight-benchmark accuracy (fixture documents) beside the held-out quality."""
+
+import json
+
+import pytest
+
+from _buildkit import make_project
+
+pytestmark = pytest.mark.integration
+
+
+def test_uniform_baseline_is_a_measured_choice_listed_in_the_report(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "cache"))
+    spec = make_project(tmp_path)
+    from autocompress.compress.pipeline import run_build
+
+    logs: list[str] = []
+    result = run_build(str(spec), progress=logs.append, baseline="uniform")
+    report = json.loads((result.output / "autocompress-report.json").read_text())
+    b = report["baseline"]
+    cands = b["refine"]["candidates"]
+    assert len(cands) >= 2 and b["refine"]["forwards"] == len(cands)
+    assert b["refine"]["tokens"] <= b["refine"]["budget_tokens"]
+    best = min(cands, key=lambda c: c["kl"])
+    assert b["how"].endswith(f"KL {best['kl']:.3f}") and b["architecture"]["hidden"] == best["hidden"]
+    assert all(c["ok"] for c in b["predicted"]["checks"])  # the chosen uniform point meets the contract
+    assert b["quality"]["accuracy"]["student"]["summary"]["docs"] == 27
+    assert any(m.startswith("[baseline] measured choice") for m in logs)
+    md = (result.output / "autocompress-report.md").read_text()
+    assert "eight-benchmark mean" in md and "### Benchmark accuracy" in md
