@@ -72,18 +72,28 @@ def digest() -> str:
     return (data_root() / "COMPLETE").read_text().strip()
 
 
-@lru_cache(maxsize=None)
 def arrow(rel: str) -> tuple[dict, ...]:
+    # cached per data root, not per name alone: a process that points ACC_EVAL_DATA elsewhere
+    # (the tests switch between the fixture and the real data) must not get the other root's rows
+    return _arrow(str(data_root()), rel)
+
+
+@lru_cache(maxsize=None)
+def _arrow(root: str, rel: str) -> tuple[dict, ...]:
     import pyarrow.ipc as ipc
 
-    with ipc.open_stream(str(data_root() / "hf_datasets" / rel / "data-00000-of-00001.arrow")) as r:
+    with ipc.open_stream(str(Path(root) / "hf_datasets" / rel / "data-00000-of-00001.arrow")) as r:
         return tuple(r.read_all().to_pylist())
 
 
-@lru_cache(maxsize=None)
 def oe_docs(rel: str) -> tuple[dict, ...]:
+    return _oe_docs(str(data_root()), rel)
+
+
+@lru_cache(maxsize=None)
+def _oe_docs(root: str, rel: str) -> tuple[dict, ...]:
     d: dict = {}
-    with gzip.open(data_root() / "oe_eval_tasks" / rel / "requests.jsonl.gz", "rt", encoding="utf-8") as f:
+    with gzip.open(Path(root) / "oe_eval_tasks" / rel / "requests.jsonl.gz", "rt", encoding="utf-8") as f:
         for line in f:
             r = json.loads(line)
             if r["doc_id"] < 1_000_000 and r["doc_id"] not in d:

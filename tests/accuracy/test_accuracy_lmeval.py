@@ -28,8 +28,6 @@ def test_log_likelihoods_and_scores_equal_lm_evals(monkeypatch):
     from autocompress.compress.evaluate import load_exported
     from autocompress.export.gguf_convert import convert_alias
 
-    for f in (data.arrow, data.oe_docs):
-        f.cache_clear()
     folder = convert_alias("smollm2-135m")
     model, tok = load_exported(folder), AutoTokenizer.from_pretrained(str(folder))
     enc, max_len = Encoder(tok), max_length(model, tok)

