@@ -131,7 +131,12 @@ def shutdown() -> None:
     import sys
 
     if active():
-        sys.modules["torch.distributed"].destroy_process_group()
+        d = sys.modules["torch.distributed"]
+        # Every rank reaches this point before any tears its group down: a rank that destroyed its
+        # gloo group while rank 0 was still writing (the main-only save) aborted once in CI
+        # ("terminate called without an active exception", SIGABRT, resume at world size 2).
+        d.barrier()
+        d.destroy_process_group()
 
 
 def barrier() -> None:

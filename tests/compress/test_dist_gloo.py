@@ -29,10 +29,12 @@ WORKER = Path(worker.__file__)
 
 
 def _torchrun(nproc: int, *args: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent)}
+    # faulthandler: a rank that aborts in native code prints every thread's Python stack, so a
+    # failure says where it happened (one SIGABRT in CI left only torchrun's summary).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent), "PYTHONFAULTHANDLER": "1"}
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                         str(WORKER), *args], env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-12000:])
 
 
 @pytest.fixture(scope="module")
