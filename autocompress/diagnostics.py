@@ -18,6 +18,7 @@ EXIT_INVALID = 2  # the spec (or command line) is invalid
 EXIT_INTERNAL = 3  # a bug in autocompress: please report it
 EXIT_NOT_FOUND = 4  # no architecture found, but infeasibility is not proved (rounding, repair or the solver)
 EXIT_PEER = 5  # a distributed build lost a process (killed, or timed out): rerun to resume
+EXIT_MEASURE = 6  # the engine could not measure a model here (crashed, timed out, niceness refused): rerun
 
 
 @dataclass(frozen=True, order=True)

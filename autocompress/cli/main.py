@@ -20,7 +20,8 @@ import os
 import sys
 
 from autocompress import __version__
-from autocompress.diagnostics import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_PEER, ImportanceFileError, SpecError
+from autocompress.diagnostics import (EXIT_INTERNAL, EXIT_INVALID, EXIT_MEASURE, EXIT_OK, EXIT_PEER, ImportanceFileError,
+                                      SpecError)
 
 BUG_HINT = "this is a bug in autocompress {v}; please report it with the spec and this message"
 
@@ -322,6 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - the last line of defence: never a bare traceback
         if os.environ.get("ACC_DEBUG"):
             raise
+        from autocompress.measure.runner import MeasureError
+
+        if isinstance(err, MeasureError):
+            # Not a bug: the engine worker crashed, ran past its time limit (a busy host) or could not
+            # take ACC_MEASURE_NICE. The stages before it are cached: the same command resumes there.
+            sys.stderr.write(f"measurement failed: {err}\n"
+                             "the stages before it are cached: rerun the same command, on a quieter machine or "
+                             "with ACC_MEASURE_NICE=-10 as root (README \"Measuring on a shared machine\")\n")
+            return EXIT_MEASURE
         sys.stderr.write(f"internal error: {type(err).__name__}: {err}\n")
         sys.stderr.write(BUG_HINT.format(v=__version__) + " (set ACC_DEBUG=1 for the traceback)\n")
         return EXIT_INTERNAL

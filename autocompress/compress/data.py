@@ -44,6 +44,6 @@ def prepare_data(spec, tokenizer_dir: Path, settings, base_dir: str, progress=No
     heldout = {k: v for k, v in heldout.items() if len(v)}
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(settings.seed))
     k = key("data", corpus.digest, tokenizer_digest(tokenizer_dir), str(settings.seq_len), str(settings.seed),
-            code_digest("autocompress.compress.data"))
+            code_digest("autocompress.compress.data", "autocompress.compress.tokens", "autocompress.compress.corpus"))
     return BuildData(train[order[: settings.calib_rows]], train[order[: settings.teacher_rows]], heldout,
                      corpus.description, len(corpus.docs), k)

@@ -9,6 +9,10 @@ whole corpus rather than the first files alphabetically). The result is cached a
 with ``key`` = sha256 of (our version, the corpus digest, the tokenizer files' digest), written
 atomically. Packing into ``[n, seq_len + 1]`` rows (inputs ``row[:-1]``, targets ``row[1:]``) is a
 reshape of a slice of that stream, so every sequence length shares one tokenization.
+
+A tokenizer that starts every text with BOS (Gemma 3's) gets a BOS at the start of every row, as the
+model saw in pre-training: without it Gemma 3 270M's held-out perplexity was 25.0 instead of 11.1
+(measured in the issue 16 research). Tokenizers that add no BOS (SmolLM2's) pack as before.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class TokenStream:
     digests: tuple[str, ...]  # text digests, ascending
     kinds: tuple[str, ...]
     path: Path | None  # the cache file, when cached
+    bos: int | None = None  # the id the tokenizer starts every text with, or None when it adds none
 
     def select(self, split: str | None, kind: str | None, fraction: float = HELDOUT_FRACTION) -> "torch.Tensor":
         import torch
@@ -76,7 +81,7 @@ def token_stream(
     path = Path(cache_dir or cache_root() / "data") / k[:24] / "tokens.safetensors"
     if path.is_file():
         t = load_file(path)
-        return TokenStream(t["tokens"], t["offsets"], digests, kinds, path)
+        return TokenStream(t["tokens"], t["offsets"], digests, kinds, path, _stored_bos(path))
 
     from transformers import AutoTokenizer
 
@@ -84,6 +89,7 @@ def token_stream(
     from autocompress.progress import as_progress
 
     sep = tok.eos_token_id if tok.eos_token_id is not None else tok.bos_token_id
+    bos = _leading_bos(tok)
     chunks, lengths = [], []
     with as_progress(progress).task("tokenize", total=len(digests), unit="doc") as bar:
         for i in range(0, len(digests), batch_docs):
@@ -96,19 +102,38 @@ def token_stream(
     tokens = torch.cat(chunks) if chunks else torch.zeros(0, dtype=torch.int32)
     offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
     offsets[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int64), 0)
-    meta = {"version": DATA_VERSION, "corpus": corpus.digest, "documents": str(len(digests)), "description": corpus.description}
+    meta = {"version": DATA_VERSION, "corpus": corpus.digest, "documents": str(len(digests)),
+            "description": corpus.description, "bos": "" if bos is None else str(bos)}
     atomic_write_bytes(path, save({"tokens": tokens, "offsets": offsets}, metadata=meta))
-    return TokenStream(tokens, offsets, digests, kinds, path)
+    return TokenStream(tokens, offsets, digests, kinds, path, bos)
 
 
-def pack(stream: "torch.Tensor", seq_len: int, max_tokens: int | None = None) -> "torch.Tensor":
-    """``[n, seq_len + 1]`` int64 rows from a flat token stream (remainder dropped); row i covers
-    tokens ``[i*(seq_len+1), (i+1)*(seq_len+1))``; ``max_tokens`` caps ``n * seq_len`` (predicted tokens)."""
-    width = seq_len + 1
+def _leading_bos(tok) -> int | None:
+    """The BOS id when the tokenizer puts it before every text by default, else None."""
+    bos = tok.bos_token_id
+    return bos if bos is not None and tok("x")["input_ids"][:1] == [bos] else None
+
+
+def _stored_bos(path: Path) -> int | None:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        value = (f.metadata() or {}).get("bos", "")
+    return int(value) if value else None
+
+
+def pack(stream: "torch.Tensor", seq_len: int, max_tokens: int | None = None, bos: int | None = None) -> "torch.Tensor":
+    """``[n, seq_len + 1]`` int64 rows from a flat token stream (remainder dropped); ``max_tokens`` caps
+    ``n * seq_len`` (predicted tokens). Without ``bos`` row i covers tokens ``[i*(seq_len+1),
+    (i+1)*(seq_len+1))``; with it, row i is ``bos`` then tokens ``[i*seq_len, (i+1)*seq_len)``."""
+    import torch
+
+    width = seq_len + 1 if bos is None else seq_len
     n = stream.numel() // width
     if max_tokens is not None:
         n = min(n, max_tokens // seq_len)
-    return stream[: n * width].view(n, width).long()
+    rows = stream[: n * width].view(n, width).long()
+    return rows if bos is None else torch.cat([torch.full((n, 1), bos, dtype=torch.long), rows], 1)
 
 
 def token_dataset(
@@ -127,8 +152,8 @@ def token_dataset(
         raise DataError(f"split, allowed {' | '.join(SPLITS)}, got {split!r}")
     if kind is not None and kind not in KINDS:
         raise DataError(f"kind, allowed {' | '.join(KINDS)}, got {kind!r}")
-    stream = token_stream(corpus, tokenizer_dir, cache_dir, progress=progress).select(split, kind, heldout_fraction)
-    return pack(stream, seq_len, max_tokens)
+    ts = token_stream(corpus, tokenizer_dir, cache_dir, progress=progress)
+    return pack(ts.select(split, kind, heldout_fraction), seq_len, max_tokens, ts.bos)
 
 
 def mixed_dataset(

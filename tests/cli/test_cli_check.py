@@ -131,6 +131,23 @@ def test_exit_3_for_internal_error(capsys, cache_dir, monkeypatch):
     assert "Traceback" not in err
 
 
+def test_a_measurement_that_fails_is_exit_6_with_its_reason_not_an_internal_error(capsys, cache_dir, monkeypatch):
+    """An engine worker that times out (or crashes) on a busy host is not a bug in autocompress."""
+    pytest.importorskip("torch")
+    import autocompress.compress.pipeline
+    from autocompress.measure.runner import MeasureError
+
+    def timeout(*a, **k):
+        raise MeasureError("parent: the vllm worker ran past 900 s")
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # set already: the build leaves the environment alone
+    monkeypatch.setattr(autocompress.compress.pipeline, "run_build", timeout)
+    code, _, err = _run(capsys, "build", str(FEASIBLE))
+    assert code == 6, err
+    assert "measurement failed: parent: the vllm worker ran past 900 s" in err and "rerun the same command" in err
+    assert "internal error" not in err and "please report it" not in err and "Traceback" not in err
+
+
 def test_exit_3_deep_in_the_pipeline(capsys, cache_dir, monkeypatch):
     """A bug inside a stage (not only at the top) is caught the same way."""
     import autocompress.feasibility.assess

@@ -8,10 +8,11 @@ VOCAB = 320  # byte-level alphabet (256) + 2 specials + a few merges
 HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 64, 2, 4, 2, 128
 
 
-def build_tokenizer(out_dir: Path, vocab_size: int = VOCAB) -> Path:
-    """Byte-level BPE trained offline on a few pydoc topics; ``len(tokenizer) == vocab_size``."""
+def build_tokenizer(out_dir: Path, vocab_size: int = VOCAB, bos: bool = False) -> Path:
+    """Byte-level BPE trained offline on a few pydoc topics; ``len(tokenizer) == vocab_size``.
+    ``bos``: every encoded text starts with ``<|bos|>``, as Gemma's tokenizer does."""
     import pydoc_data.topics as t
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -24,6 +25,8 @@ def build_tokenizer(out_dir: Path, vocab_size: int = VOCAB) -> Path:
         show_progress=False,
     )
     tok.train_from_iterator(list(t.topics.values())[:20], trainer=trainer)
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", 0)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>")
     assert len(fast) == vocab_size, len(fast)
     fast.save_pretrained(out_dir)

@@ -65,6 +65,28 @@ def test_pack_rows_are_contiguous_windows():
     assert data.pack(stream, 4, max_tokens=9).shape == (2, 5)
 
 
+def test_pack_puts_bos_first_in_every_row_when_given():
+    stream = torch.arange(10, 23, dtype=torch.int32)
+    rows = data.pack(stream, seq_len=4, bos=1)
+    assert rows.shape == (3, 5) and rows[:, 0].tolist() == [1, 1, 1]
+    assert rows[1].tolist() == [1, 14, 15, 16, 17]  # contiguous windows of seq_len after the BOS
+    assert data.pack(stream, 4, max_tokens=8, bos=1).shape == (2, 5)
+
+
+def test_rows_start_with_bos_only_for_a_tokenizer_that_adds_one(tmp_path_factory, tmp_path, tok_dir):
+    """Gemma's tokenizer starts every text with BOS and the model needs it at position 0; SmolLM2's adds
+    none. The choice is stored with the cached stream, so a cache hit packs the same rows."""
+    bos_dir = kit.build_tokenizer(tmp_path_factory.mktemp("tok-bos"), bos=True)
+    corpus = _corpus()
+    plain = token_dataset(corpus, tok_dir, seq_len=8, cache_dir=tmp_path / "a")
+    first = token_dataset(corpus, bos_dir, seq_len=8, cache_dir=tmp_path / "b")
+    again = token_dataset(corpus, bos_dir, seq_len=8, cache_dir=tmp_path / "b")  # from the cache file
+    assert token_stream(corpus, bos_dir, cache_dir=tmp_path / "b").bos == 0
+    assert token_stream(corpus, tok_dir, cache_dir=tmp_path / "a").bos is None
+    assert (first[:, 0] == 0).all() and torch.equal(first, again)
+    assert (plain[:, 0] != 0).any() and first.shape[1] == plain.shape[1] == 9
+
+
 def test_splits_and_kinds_partition_the_corpus(tmp_path, tok_dir):
     corpus = _corpus()
     s = token_stream(corpus, tok_dir, cache_dir=tmp_path)
