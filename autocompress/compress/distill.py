@@ -155,13 +155,7 @@ def distill(
             if cfg.clip:
                 torch.nn.utils.clip_grad_norm_(params, cfg.clip)
             opt.step()
-            result.steps += 1
-            result.tokens += cfg.grad_accum * cfg.batch * seq_len
-            result.losses.append(step_loss)
-            result.lrs.append(lr)
-            result.seconds += time.perf_counter() - t0
-            tps = cfg.grad_accum * cfg.batch * seq_len / max(1e-9, time.perf_counter() - t0)
-            bar.advance(loss=f"{step_loss:.4f}", tokens=f"{tps:,.0f} tok/s")
+            record_step(result, bar, cfg, seq_len, step_loss, lr, t0)
             if ckpt_dir and (result.steps % cfg.ckpt_every == 0 or result.steps == cfg.steps):
                 _save(Path(ckpt_dir), student, opt, result, cfg)
     finally:
@@ -170,6 +164,17 @@ def distill(
             h.remove()
     student.eval()
     return result
+
+
+def record_step(result, bar, cfg, seq_len: int, loss: float, lr: float, t0: float) -> None:
+    """One optimizer step into ``result`` and the progress bar (shared with ``distill_dist``)."""
+    result.steps += 1
+    result.tokens += cfg.grad_accum * cfg.batch * seq_len
+    result.losses.append(loss)
+    result.lrs.append(lr)
+    result.seconds += time.perf_counter() - t0
+    tps = cfg.grad_accum * cfg.batch * seq_len / max(1e-9, time.perf_counter() - t0)
+    bar.advance(loss=f"{loss:.4f}", tokens=f"{tps:,.0f} tok/s")
 
 
 # ------------------------------------------------------------------------------------- hidden states

@@ -37,7 +37,7 @@ import torch
 from autocompress.cache import atomic_write_json
 from autocompress.compress import dist
 from autocompress.compress.distill import (DistillConfig, DistillResult, HiddenPairs, _hidden_mse, _hooks, batch_rows,
-                                           check_resumable, lr_at)
+                                           check_resumable, lr_at, record_step)
 from autocompress.compress.teacher import TeacherCache, TopK, logits_of, topk_kl
 from autocompress.progress import Progress
 
@@ -121,14 +121,7 @@ def distill_sharded(student: torch.nn.Module, teacher: TeacherCache, train_token
             if cfg.clip:
                 torch.nn.utils.clip_grad_norm_(params, cfg.clip)  # DTensor grads: the global norm
             opt.step()
-            loss_value = float(dist.all_sum(step_loss))
-            result.steps += 1
-            result.tokens += cfg.grad_accum * cfg.batch * seq_len
-            result.losses.append(loss_value)
-            result.lrs.append(lr)
-            result.seconds += time.perf_counter() - t0
-            tps = cfg.grad_accum * cfg.batch * seq_len / max(1e-9, time.perf_counter() - t0)
-            bar.advance(loss=f"{loss_value:.4f}", tokens=f"{tps:,.0f} tok/s")
+            record_step(result, bar, cfg, seq_len, float(dist.all_sum(step_loss)), lr, t0)
             if ckpt_dir and (result.steps % cfg.ckpt_every == 0 or result.steps == cfg.steps):
                 _save(Path(ckpt_dir), student, opt, result, cfg)
     finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autocompress.cache import atomic_dir, atomic_write_json
+from autocompress.compress.corpus import TOKENIZER_FILES as TOKENIZING_FILES
 from autocompress.export.decilm import (check_decilm_servable, checked_tensors, decilm_config_from_architecture, llama_config_from_architecture)
 from autocompress.export.manifest import MANIFEST, manifest_dict, replaceable
 from autocompress.ir import Architecture
@@ -23,18 +24,9 @@ from autocompress.ir import Architecture
 if TYPE_CHECKING:
     import torch
 
-#: Tokenizer files copied from ``tokenizer_dir`` when present (fast, sentencepiece and BPE layouts).
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
+#: Tokenizer files copied from ``tokenizer_dir`` when present: the ones tokenization depends on (one
+#: table with the data stage, which hashes them) and the chat templates, which it does not.
+TOKENIZER_FILES = TOKENIZING_FILES + ("chat_template.jinja", "chat_template.json")
 
 
 def _copy_tokenizer(tokenizer_dir: str | os.PathLike, dest: Path) -> None:

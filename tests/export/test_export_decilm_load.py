@@ -148,7 +148,7 @@ def test_a_tokenizer_without_a_class_gets_one_and_loads_without_the_model_code(t
     code = ("import sys\nfrom transformers import AutoTokenizer\n"
             "t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=False)\n"
             "print(t('def f(x):')['input_ids'])\n")
-    p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120,
+    p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300,
                        stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Do you wish" not in p.stdout
