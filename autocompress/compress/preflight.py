@@ -71,19 +71,27 @@ def calibrate_if_needed(spec, base: str, no_calibrate: bool, log) -> None:
     run_profile("cpu", engine, None, model=model, quick=True, progress=progress)
 
 
+def contract_workloads(workloads) -> list[dict]:
+    """The contract's workloads as the preflight measures them (``bench/chat_concurrency.py`` reuses
+    them, so its predicted-vs-measured table is the preflight's measurement)."""
+    from autocompress.measure.runner import workload_dict
+
+    return [workload_dict(w, requests=max(8, 2 * w.concurrency), iterations=3, target_se=0.03, max_s=30.0)
+            for w in workloads]
+
+
 def measure_parent(spec, parent_arch, folder: Path, work: Path, log, threads: int | None = None) -> ParentCheck:
     """The parent in the engine with the contract's workloads: every bound, as measured. ``log``: a
     log function or a ``Progress`` (the engine start and workloads then show as tasks)."""
     from autocompress.measure.engines.base import derive_limits
-    from autocompress.measure.runner import run_worker, workload_dict
+    from autocompress.measure.runner import run_worker
     from autocompress.progress import as_progress
 
     progress = as_progress(log)
     log = progress.log
 
     limits = derive_limits(parent_arch, spec.target, spec.workloads, threads=threads)
-    wls = [workload_dict(w, requests=max(8, 2 * w.concurrency), iterations=3, target_se=0.03, max_s=30.0)
-           for w in spec.workloads]
+    wls = contract_workloads(spec.workloads)
     log(f"[preflight] measuring the parent against the contract ({len(wls)} workload(s))")
     res = run_worker(folder, spec.target, wls, limits, work / "preflight", threads, progress=progress,
                      label="preflight parent")

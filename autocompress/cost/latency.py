@@ -16,18 +16,10 @@ definitions in facts.md:
   * B above vLLM's max_num_seqs runs in ceil(B / max_num_seqs) equal waves one after another
     (E2E multiplies; TTFT and TPOT are a wave's).
 
-**serve** (``vllm bench serve`` with c concurrent streaming clients in steady state, continuous
-batching with chunked prefill):
-  * every step decodes the c in-flight sequences at the mean KV length in + out/2 and, amortized,
-    carries (c-1)/out of a prefill: while one request decodes for out steps, the other c-1 slots
-    each turn over once (we use c-1, not c: a request's own prefill is in its TTFT, and c = 1
-    must be plain decoding);
-  * TTFT = prefill_fixed + the steps prefilling the uncached input mixed with a decode step of the
-    other c-1 sequences; TPOT = that average step; E2E = TTFT + (out-1)*TPOT; throughput = c*out/E2E.
-  No queueing: the client count equals the engine's concurrency.
-
-**prefix_cache** share h: only max(1, round((1-h)*in)) tokens are prefilled, attending to the
-full context (the last prompt token is always recomputed to get its logits).
+**serve** (c streaming clients, closed loop) and **prefix_cache**: the c requests start together
+and those whose prefills share a step stay in lockstep, so TTFT is the whole group's prefill and
+the decode steps carry only the other groups' prefills; cached prefix tokens come in whole KV
+blocks and are one set of physical blocks for every sequence (formulas: ``cost.schedule``).
 
 **tensor parallel**: per-GPU shapes (``roofline``) plus an all-reduce per sub-block over the link.
 
@@ -41,10 +33,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autocompress.catalog.engines import ENGINES, SchedulerLimits, cudagraph_capture_sizes, scheduler_defaults
+from autocompress.catalog.engines import SchedulerLimits, kv_block_size
 from autocompress.catalog.hardware import resolve_device
 from autocompress.cost.profile import load_profile
-from autocompress.cost.roofline import (Numerics, Op, Pass, Segment, block_ops, kv_read_tokens, model_ops, op_time, roofline_seconds)
+from autocompress.cost.roofline import (Numerics, Op, Pass, block_ops, kv_read_tokens, model_ops, op_time, roofline_seconds,
+                                        shared_read_tokens)
+from autocompress.cost.schedule import WorkloadPlan, prefill_tokens, workload_plan  # noqa: F401 (re-exported)
 from autocompress.ir import Architecture, Attention, Mamba2
 
 
@@ -157,17 +151,18 @@ def _sum_max_affine(c1: float, s1: float, c2: float, s2: float, lo: int, hi: int
 
 
 def decode_sum(arch: Architecture, seqs: float, kv_lo: int, kv_hi: int, device, profile, nb: Numerics,
-               graph: bool = False) -> float:
-    """Exact sum of decode step times for KV lengths kv_lo..kv_hi (inclusive), in closed form.
+               graph: bool = False, shared: float = 0.0) -> float:
+    """Exact sum of decode step times for KV lengths kv_lo..kv_hi (inclusive), in closed form;
+    ``shared``: the first KV tokens every sequence shares (prefix cache, ``Segment.shared``).
 
     Between sliding-window breakpoints every op's FLOPs and bytes are affine in the KV length, so
     its time is the max of two affine functions plus a constant; each piece sums in closed form.
     """
     if kv_hi < kv_lo:
         return 0.0
-    cuts = sorted({b.mixer.sliding_window for b in arch.blocks
-                   if isinstance(b.mixer, Attention) and b.mixer.sliding_window
-                   and kv_lo <= b.mixer.sliding_window < kv_hi})
+    # a window's shared-prefix rows also stop being affine where the prefix slides out (window + shared)
+    windows = {b.mixer.sliding_window for b in arch.blocks if isinstance(b.mixer, Attention) and b.mixer.sliding_window}
+    cuts = sorted({x for w in windows for x in ((w, w + int(shared)) if shared else (w,)) if kv_lo <= x < kv_hi})
     bounds, lo = [], kv_lo
     for w in cuts:
         bounds.append((lo, w))
@@ -179,8 +174,8 @@ def decode_sum(arch: Architecture, seqs: float, kv_lo: int, kv_hi: int, device, 
                                  + k.sub_block_overhead_s * sum(map(_sub_blocks, arch.blocks)))
     total = 0.0
     for a, b in bounds:
-        ops_a = _ops(arch, Pass.decode(seqs, a), nb)
-        ops_b = _ops(arch, Pass.decode(seqs, a + 1), nb)
+        ops_a = _ops(arch, Pass.decode(seqs, a, shared), nb)
+        ops_b = _ops(arch, Pass.decode(seqs, a + 1, shared), nb)
         for (_, oa), (_, ob) in zip(ops_a, ops_b):
             ca, ma = roofline_seconds(oa, device, profile, nb.weight)
             cb, mb = roofline_seconds(ob, device, profile, nb.weight)
@@ -188,94 +183,6 @@ def decode_sum(arch: Architecture, seqs: float, kv_lo: int, kv_hi: int, device, 
             total += _sum_max_affine(ca, cb - ca, ma, mb - ma, 0, b - a) + (b - a + 1) * oa.launches * launch
         total += (b - a + 1) * const
     return total
-
-
-# ---- workloads ----------------------------------------------------------------------------
-
-def prefill_tokens(workload) -> int:
-    return max(1, round((1.0 - workload.prefix_cache) * workload.input_tokens))
-
-
-def graph_eligible(engine: str, device, seqs: float, max_num_seqs: int) -> bool:
-    """Whether a pure-decode step of ``seqs`` sequences replays a CUDA graph (vLLM on GPU, captured size)."""
-    return bool(ENGINES[engine].cuda_graphs and device.kind == "gpu"
-                and seqs <= max(cudagraph_capture_sizes(max_num_seqs)))
-
-
-def prefill_passes(seqs: float, q: int, ctx: int, budget: float, extra: Pass | None) -> list[tuple[Pass, float]]:
-    """Chunked prefill of ``seqs`` prompts as (pass, repeat count); ``extra`` rides along each step."""
-    def with_extra(p: Pass) -> Pass:
-        return p if extra is None else p + extra
-    budget = max(1.0, budget)
-    if q <= budget:  # whole prompts packed into steps
-        steps = max(1, math.ceil(seqs * q / budget))
-        return [(with_extra(Pass.prefill(seqs / steps, q, ctx)), float(steps))]
-    chunks = math.ceil(q / budget)  # one long prompt at a time, in chunks at growing context
-    per = q / chunks
-    return [(with_extra(Pass((Segment(1.0, per, ctx + j * per, 1.0 if j == chunks - 1 else 0.0),))), float(seqs))
-            for j in range(chunks)]
-
-
-def prefill_graph_mode(engine: str, device, p: Pass, max_num_seqs: int) -> bool | str:
-    """vLLM V1 (FULL_AND_PIECEWISE) runs steps of at most the largest capture size in tokens with
-    piecewise CUDA graphs; larger steps run eagerly."""
-    if ENGINES[engine].cuda_graphs and device.kind == "gpu" and p.tokens <= max(cudagraph_capture_sizes(max_num_seqs)):
-        return "piecewise"
-    return False
-
-
-@dataclass(frozen=True)
-class WorkloadPlan:
-    """The engine steps of one workload, shared by ``predict_workload`` and the feasibility LP.
-
-    TTFT = fixed_s + sum(count * step(pass, graph) for prefill); the decode part is either the
-    exact sum over KV lengths kv_lo..kv_hi of a ``decode_seqs``-sequence step (batch) or
-    ``decode_steps`` repetitions of ``mean_pass`` (serve); batch workloads repeat in ``waves``.
-    """
-
-    mode: str
-    fixed_s: float
-    prefill: tuple[tuple[Pass, float, bool | str], ...]  # (pass, repeat count, graph mode)
-    decode_seqs: float
-    kv_lo: int
-    kv_hi: int
-    mean_pass: Pass
-    decode_graph: bool
-    decode_steps: int  # out - 1
-    waves: int
-    prefill_tokens: int
-    chunk: float
-
-
-def workload_plan(target, workload, device, profile, limits: SchedulerLimits | None = None) -> WorkloadPlan:
-    engine = target.engine
-    limits = limits or scheduler_defaults(engine, device, server=workload.mode == "serve")
-    c, n_in, n_out = workload.concurrency, workload.input_tokens, workload.output_tokens
-    q = prefill_tokens(workload)
-    ctx = n_in - q
-    chunk = limits.max_num_batched_tokens if ENGINES[engine].chunked_prefill else math.inf
-
-    def with_modes(passes):
-        return tuple((p, n, prefill_graph_mode(engine, device, p, limits.max_num_seqs)) for p, n in passes)
-
-    if workload.mode == "batch":
-        # more prompts than max_num_seqs run in equal waves, one after the other
-        waves = math.ceil(c / limits.max_num_seqs) if engine == "vllm" else 1
-        b = c / waves
-        prefill = with_modes(prefill_passes(b, q, ctx, chunk, None))
-        mean_pass = Pass.decode(b, n_in + n_out / 2.0)
-    else:
-        waves, b = 1, float(c)
-        mean_kv = n_in + n_out / 2.0
-        others = Pass.decode(c - 1, mean_kv) if c > 1 else None
-        prefill = with_modes(prefill_passes(1, q, ctx, chunk - (c - 1), others))
-        mean_pass = Pass.decode(c, mean_kv)
-        if c > 1:
-            share = (c - 1) / n_out
-            mean_pass = mean_pass + Pass((Segment(share, q, ctx, share),))
-    graph = graph_eligible(engine, device, b, limits.max_num_seqs)
-    return WorkloadPlan(workload.mode, profile.kernel.prefill_fixed_s, prefill, b, n_in + 1, n_in + n_out - 1,
-                        mean_pass, graph, max(n_out - 1, 0), waves, q, chunk)
 
 
 def predict_workload(arch: Architecture, target, workload, profile=None, device=None,
@@ -293,7 +200,8 @@ def predict_workload(arch: Architecture, target, workload, profile=None, device=
     ttft = plan.fixed_s + prefill
     graph = plan.decode_graph
     if plan.mode == "batch":
-        decode_total = decode_sum(arch, plan.decode_seqs, plan.kv_lo, plan.kv_hi, device, profile, nb, graph)
+        decode_total = decode_sum(arch, plan.decode_seqs, plan.kv_lo, plan.kv_hi, device, profile, nb, graph,
+                                  plan.shared)
         e2e = plan.waves * (ttft + decode_total)
         tpot = decode_total / plan.decode_steps if plan.decode_steps else 0.0
     else:
@@ -303,9 +211,9 @@ def predict_workload(arch: Architecture, target, workload, profile=None, device=
     q, ctx, chunk = plan.prefill_tokens, n_in - plan.prefill_tokens, plan.chunk
     mean = step_cost(arch, plan.mean_pass, device, profile, nb, graph)
     seqs = plan.mean_pass.segments[0].seqs  # decoding sequences per step (per wave in batch mode)
-    pre = step_cost(arch, Pass.prefill(seqs if workload.mode == "batch" else 1, min(q, chunk), ctx), device, profile, nb)
-    first = step_cost(arch, Pass.decode(seqs, n_in + 1), device, profile, nb, graph).total_s
-    last = step_cost(arch, Pass.decode(seqs, n_in + max(n_out - 1, 1)), device, profile, nb, graph).total_s
+    pre = step_cost(arch, Pass.prefill(plan.group, min(q, chunk), ctx, shared=plan.shared), device, profile, nb)
+    first = step_cost(arch, plan.decode_pass(n_in + 1), device, profile, nb, graph).total_s
+    last = step_cost(arch, plan.decode_pass(n_in + max(n_out - 1, 1)), device, profile, nb, graph).total_s
     return WorkloadCost(
         workload=workload.name, mode=workload.mode, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, throughput_tok_s=throughput,
         prefill_s=prefill, prefill_tokens=q, decode_first_s=first, decode_last_s=last,
@@ -321,19 +229,26 @@ def decode_floor(arch: Architecture, target, workload, device=None) -> float:
 
     Bytes = weights read by a decode step of the workload's concurrency (per GPU; MoE: the
     distinct experts touched; LM head; embedding rows gathered) + the KV cache read at the first
-    decode step (KV length in + 1, sliding windows capped) + Mamba states read. No efficiency
+    decode step (KV length in + 1, sliding windows capped; a cached prefix once, not per sequence)
+    + Mamba states read. No efficiency
     factor, no launches, no engine overhead: nothing can beat it.
     """
+    from autocompress.cost.schedule import cached_tokens
+
     device = device or resolve_device(target.hardware)
     nb = Numerics.from_target(target)
     c, L = workload.concurrency, workload.input_tokens + 1
     p = Pass.decode(c, L)
     weights = sum(op.weight_bytes for _, op in _ops(arch, p, nb))
+    shared = cached_tokens(workload, target.engine, device) if kv_block_size(target.engine, device) else 0
     state = 0.0
     for b in arch.blocks:
         m = b.mixer
         if isinstance(m, Attention):
-            state += c * 2 * m.kv_heads * m.head_dim / nb.tp * nb.kvb * kv_read_tokens(1, L - 1, m.sliding_window)
+            # a prefix in shared blocks must move once, not once per sequence
+            rows = c * kv_read_tokens(1, L - 1, m.sliding_window) - (c - 1) * shared_read_tokens(
+                1, L - 1, shared, m.sliding_window)
+            state += 2 * m.kv_heads * m.head_dim / nb.tp * nb.kvb * rows
         elif isinstance(m, Mamba2):
             conv_ch = m.d_inner + 2 * m.groups * m.state_size
             state += c * nb.a * ((m.conv_kernel - 1) * conv_ch + m.heads * m.head_dim * m.state_size) / nb.tp

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autocompress.cost.roofline import Numerics, Op, Pass, attention_ops, mamba_ops, mlp_ops, moe_ops, op_time
+from autocompress.cost.roofline import (Numerics, Op, Pass, attention_ops, charged_bytes, mamba_ops, mlp_ops, moe_ops,
+                                        op_time)
 from autocompress.ir import MLP, Architecture, Attention, Block, Mamba2, MoE
 
 @dataclass(frozen=True)
 class OpCoefficients:
-    """flops(x) = flops + sum_v dflops[v] * (x_v - at[v]); same for bytes. ``part``: mixer | ffn."""
+    """flops(x) = flops + sum_v dflops[v] * (x_v - at[v]); same for the op's charged bytes
+    (``roofline.charged_bytes``). ``part``: mixer | ffn."""
 
     op: Op
     part: str
@@ -81,7 +83,8 @@ def block_op_table(arch: Architecture, block_index: int, p: Pass, device, profil
                 lo, hi, step = base, fn(**{**vars_, v: x + 1}), 1.0
             for o_lo, o_hi in zip(lo, hi):
                 slopes_f[o_lo.name][v] = (o_hi.flops - o_lo.flops) / step
-                slopes_b[o_lo.name][v] = (o_hi.bytes - o_lo.bytes) / step
+                # charged bytes (shared-prefix re-reads at the profile's share): what the time pays for
+                slopes_b[o_lo.name][v] = (charged_bytes(o_hi, profile) - charged_bytes(o_lo, profile)) / step
                 if v == "experts" and o_lo.name == "moe.experts":
                     inexact.add(o_lo.name)
         for op in base:

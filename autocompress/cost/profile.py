@@ -46,6 +46,11 @@ class KernelConstants:
     # framework's per-module cost (norm, residual, dispatch). It is what makes a model of many
     # small sub-blocks dearer than one of few large ones at equal FLOPs and bytes (issue 12)
     sub_block_overhead_s: float = 0.0
+    # share of a memory byte that re-reading a prefix-cache KV block costs when another sequence
+    # of the same step has just read it (``roofline.charged_bytes``): a machine property (cache
+    # size and bandwidth against memory's). 1: each sequence reads its copy from memory (the
+    # model before issue 12's chat workload); measured on this host's twelve 2K-token chats
+    shared_kv_reread: float = 1.0
 
 
 @dataclass(frozen=True)

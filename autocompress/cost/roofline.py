@@ -10,7 +10,9 @@ Formulas (facts.md "Analytic costs"; m x k x n GEMM = 2mnk FLOPs, bytes = elem*(
 * attention: fused qkv GEMM d x (H + 2 KVH) hd, o GEMM (H hd) x d; causal core 4*H*hd per attended
   (query, key) pair, which is 2*b*s^2*H*hd for a plain prefill and 4*b*H*hd*L for a decode step;
   core bytes = Q read + O write + K/V read of the attended span + K/V write of the new tokens.
-  Sliding-window layers cap the attended span at the window.
+  Sliding-window layers cap the attended span at the window. A segment's ``shared`` prefix (vLLM's
+  prefix cache: one set of physical blocks) is loaded by each of its s sequences; the s - 1
+  re-reads are ``Op.reread_bytes``, charged at the profile's ``shared_kv_reread`` (``charged_bytes``).
 * MLP: merged gate_up (gated) or up GEMM, activation, down: 6*T*d*I (gated) / 4*T*d*I FLOPs.
 * MoE: router GEMM, routed experts top_k * (4 or 6)*T*d*I_e FLOPs, expert weights read for the
   distinct experts touched E*(1 - (1 - k/E)^T) (uniform routing, our inference), shared experts.
@@ -46,6 +48,10 @@ class Op:
     launches: float
     cls: str = "gemm"  # gemm | attention | lm_head | elementwise | comm (the profile's op classes)
     weight_bytes: float = 0.0  # the part of ``bytes`` that is weights (reporting, floors)
+    # the part of ``bytes`` that re-reads KV blocks another sequence of the same step has just read
+    # (a prefix shared in vLLM's prefix cache is one set of physical blocks): charged at the
+    # profile's ``shared_kv_reread`` share of a memory byte (``charged_bytes``)
+    reread_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class Segment:
     new_tokens: float  # tokens per sequence computed in this step
     context: float  # tokens per sequence already in the KV cache
     logits: float = 0.0  # rows (per segment, not per sequence) whose logits are computed
+    shared: float = 0.0  # the first ``shared`` tokens of ``context``: the same physical KV blocks for all ``seqs``
 
 
 @dataclass(frozen=True)
@@ -61,13 +68,15 @@ class Pass:
     segments: tuple[Segment, ...]
 
     @classmethod
-    def prefill(cls, seqs: float, tokens: float, context: float = 0.0, logits: bool = True) -> "Pass":
-        return cls((Segment(seqs, tokens, context, seqs if logits else 0.0),))
+    def prefill(cls, seqs: float, tokens: float, context: float = 0.0, logits: bool = True,
+                shared: float = 0.0) -> "Pass":
+        return cls((Segment(seqs, tokens, context, seqs if logits else 0.0, shared),))
 
     @classmethod
-    def decode(cls, seqs: float, kv_len: float) -> "Pass":
-        """A decode step of ``seqs`` sequences whose new token attends to ``kv_len`` keys (itself included)."""
-        return cls((Segment(seqs, 1.0, kv_len - 1.0, seqs),))
+    def decode(cls, seqs: float, kv_len: float, shared: float = 0.0) -> "Pass":
+        """A decode step of ``seqs`` sequences whose new token attends to ``kv_len`` keys (itself
+        included), the first ``shared`` of them a prefix all ``seqs`` share (prefix cache)."""
+        return cls((Segment(seqs, 1.0, kv_len - 1.0, seqs, shared),))
 
     def __add__(self, other: "Pass") -> "Pass":
         return Pass(self.segments + other.segments)
@@ -152,25 +161,35 @@ def kv_read_tokens(new: float, context: float, window: float | None) -> float:
     return min(context, max(window - new, 0.0)) + new
 
 
+def shared_read_tokens(new: float, context: float, shared: float, window: float | None) -> float:
+    """Rows of the shared prefix (the first ``shared`` cached tokens) inside what a sequence reads:
+    the cached rows read are the last ``kv_read_tokens - new`` of the context."""
+    cached_read = kv_read_tokens(new, context, window) - new
+    return max(0.0, min(shared, context) - (context - cached_read))
+
+
 # ---- sub-block ops (sizes as plain numbers so coefficients can be taken numerically) ----------
 
 def attention_ops(d, heads, kv_heads, head_dim, window, p: Pass, nb: Numerics, gemma: bool = False) -> list[Op]:
     """``gemma``: Gemma 3's q/k head norms and post-norm (``Architecture.post_norms``) as well."""
     T, tp = p.tokens, nb.tp
     hq, hk = heads * head_dim / tp, kv_heads * head_dim / tp  # per-GPU q and k (= v) widths
-    flops = bytes_ = 0.0
+    flops = bytes_ = reread = 0.0
     for s in p.segments:
         flops += s.seqs * 4.0 * hq * attended_pairs(s.new_tokens, s.context, window)
         bytes_ += s.seqs * (2.0 * s.new_tokens * hq * nb.a  # Q read, O write
                             + 2.0 * hk * nb.kvb * kv_read_tokens(s.new_tokens, s.context, window)
                             + 2.0 * hk * nb.kvb * s.new_tokens)  # reshape_and_cache write
+        if s.shared and s.seqs > 1:  # every sequence but the first re-reads the shared prefix's blocks
+            reread += (s.seqs - 1.0) * 2.0 * hk * nb.kvb * shared_read_tokens(s.new_tokens, s.context, s.shared,
+                                                                                window)
     extra = [Op("attn.qk_norm", 4.0 * T * (hq + hk), 2.0 * nb.a * T * (hq + hk), 1.0, "elementwise"),
              _norm("attn.post_norm", T, d, nb)] if gemma else []
     return [
         _norm("attn.norm", T, d, nb),
         gemm("attn.qkv", T, d, hq + 2 * hk, nb),
         Op("attn.rope", 6.0 * T * (hq + hk), 2.0 * nb.a * T * (hq + hk), 1.0, "elementwise"),
-        Op("attn.core", flops, bytes_, 2.0, "attention"),
+        Op("attn.core", flops, bytes_, 2.0, "attention", reread_bytes=reread),
         gemm("attn.o", T, hq, d, nb),
         *extra,
         *_allreduce("attn.allreduce", T, d, nb),
@@ -274,17 +293,27 @@ def model_ops(arch: Architecture, p: Pass, nb: Numerics) -> list[Op]:
 
 # ---- time ---------------------------------------------------------------------------------
 
+def charged_bytes(op: Op, profile) -> float:
+    """The bytes an op pays for at memory bandwidth: all it loads, less the part of the re-reads of
+    a shared prefix's KV blocks that the cache serves. With r = ``shared_kv_reread``, a decode
+    step of c sequences sharing a P-token prefix pays for the prefix (1 + (c - 1) r) times instead
+    of c times: r = 1 is DRAM for every sequence (the default), r = 0 one read per step. Affine in
+    the op's bytes, so decode sums and the LP stay exact (docs/decisions.md, 2026-12-01, issue 12)."""
+    return op.bytes - (1.0 - profile.kernel.shared_kv_reread) * op.reread_bytes
+
+
 def roofline_seconds(op: Op, device, profile, precision: str) -> tuple[float, float]:
     """(compute seconds, memory seconds) of an op, before launch costs; the op takes the larger.
 
     With the profile's ``serial_fraction`` s each side carries s times the other, so the max is
     max(c, m) + s * min(c, m) while both stay affine in the op's FLOPs and bytes (the closed-form
-    decode sums and the feasibility LP's epigraphs rely on that)."""
+    decode sums and the feasibility LP's epigraphs rely on that). Memory bytes: ``charged_bytes``."""
     eff = profile.eff(op.cls)
     if op.cls == "comm":
         return 0.0, op.bytes / (device.link_bandwidth_bytes_s * eff.memory)
     prec = precision if op.cls == "gemm" else PRECISIONS[precision].activation
-    c, m = op.flops / (peak_flops(device, prec) * eff.compute), op.bytes / (device.bandwidth_bytes_s * eff.memory)
+    c = op.flops / (peak_flops(device, prec) * eff.compute)
+    m = charged_bytes(op, profile) / (device.bandwidth_bytes_s * eff.memory)
     s = profile.kernel.serial_fraction
     return (c + s * m, m + s * c) if s else (c, m)
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autocompress.catalog.engines import kv_block_size
-from autocompress.cost.latency import workload_plan
+from autocompress.cost.schedule import workload_plan
 from autocompress.cost.memory import kv_cache_bytes, memory_breakdown
-from autocompress.cost.roofline import Numerics, Op, Pass, model_ops, roofline_seconds
+from autocompress.cost.roofline import Numerics, Op, Pass, charged_bytes, model_ops, roofline_seconds
 from autocompress.cost.op_tables import block_op_table
 from autocompress.ir import MLP, Architecture, Attention, MoE
 from autocompress.plan.options import attention_removable, ffn_removable
@@ -150,7 +150,7 @@ class Relaxation:
                 df, db = (sl_f.get(vname, 0.0), sl_b.get(vname, 0.0)) if vname else (0.0, 0.0)
                 at = self.at[var * L + S] if vname else np.zeros(len(S))
                 pk, pv = cs * (row.op.flops - df * at), np.full(len(S), cs * df)  # compute side, per layer
-                qk, qv = ms * (row.op.bytes - db * at), np.full(len(S), ms * db)  # memory side
+                qk, qv = ms * (charged_bytes(row.op, self.profile) - db * at), np.full(len(S), ms * db)  # memory side
                 if sf:  # each side carries the serial share of the other (``roofline_seconds``)
                     pk, qk, pv, qv = pk + sf * qk, qk + sf * pk, pv + sf * qv, qv + sf * pv
                 lin[keep * L + S] += launch
@@ -218,12 +218,12 @@ class Relaxation:
             self._add(ttft, self._step(p, g), n)
         steps = plan.decode_steps
         if steps > 0 and plan.mode == "batch" and self.proof:  # a lower bound: every step at the first KV length
-            self._add(decode, self._step(Pass.decode(plan.decode_seqs, plan.kv_lo), plan.decode_graph), steps)
+            self._add(decode, self._step(plan.decode_pass(plan.kv_lo), plan.decode_graph), steps)
         elif steps > 0 and plan.mode == "batch":  # midpoint rule over the KV lengths
             pts = min(DECODE_POINTS, steps)
             for j in range(pts):
                 kv = plan.kv_lo + (j + 0.5) * steps / pts - 0.5
-                self._add(decode, self._step(Pass.decode(plan.decode_seqs, kv), plan.decode_graph), steps / pts)
+                self._add(decode, self._step(plan.decode_pass(kv), plan.decode_graph), steps / pts)
         elif steps > 0:
             self._add(decode, self._step(plan.mean_pass, plan.decode_graph), steps)
         waves = plan.waves

@@ -2,8 +2,9 @@
 
 The analytic model (``autocompress.cost``) stays the same; calibration only sets its data: the
 roofline efficiencies per op class (GEMM, attention, LM head, elementwise, sampler; compute and memory
-side), the per-launch, per-layer, per-step and per-request constants, and the serial fraction (how much
-of an op's smaller roofline side is not overlapped with the larger). The fit minimizes the
+side), the per-launch, per-layer, per-step and per-request constants, the serial fraction (how much
+of an op's smaller roofline side is not overlapped with the larger) and the shared-prefix re-read
+share (what a sequence pays to read KV blocks another sequence of its step has just read). The fit minimizes the
 squared log-ratio of predicted to measured TTFT, TPOT and E2E over the calibration measurements
 (every architecture x workload) by coordinate descent in log space with a shrinking line search,
 plus a weak pull toward the starting profile so parameters the data cannot see stay put.
@@ -27,7 +28,8 @@ TIME_METRICS = ("ttft", "tpot", "e2e", "throughput")
 FIT_METRICS = ("ttft", "tpot", "e2e")
 OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise", "sampler")
 KERNEL_KEYS = ("launch_s", "layer_overhead_s", "sub_block_overhead_s", "step_overhead_s", "prefill_fixed_s",
-               "serial_fraction")
+               "serial_fraction", "shared_kv_reread")
+SHARES = ("serial_fraction", "shared_kv_reread")  # fractions: at most 1
 # where the multiplicative search starts a constant the base profile leaves at 0
 START = {"sub_block_overhead_s": 1e-4, "serial_fraction": 0.25}
 PULL = 0.003  # weight of the log-distance to the starting profile
@@ -60,7 +62,7 @@ def _profile(base, p: dict[str, float]):
     cap = _cap(base)
     per_op = tuple((c, Efficiency(min(cap, p[f"{c}.compute"]), min(cap, p[f"{c}.memory"]))) for c in OP_CLASSES)
     per_op += tuple((c, e) for c, e in base.per_op if c not in OP_CLASSES)
-    kernel = replace(base.kernel, **{k: min(1.0, p[k]) if k == "serial_fraction" else p[k] for k in KERNEL_KEYS})
+    kernel = replace(base.kernel, **{k: min(1.0, p[k]) if k in SHARES else p[k] for k in KERNEL_KEYS})
     return replace(base, per_op=tuple(sorted(per_op)), kernel=kernel)
 
 
@@ -127,8 +129,8 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
             cur = p[k]
             for f in (span ** x for x in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0)):
                 v = cur * f
-                top = 1.0 if k == "serial_fraction" else _cap(base)
-                if k.endswith((".compute", ".memory", "serial_fraction")) and v > top:
+                top = 1.0 if k in SHARES else _cap(base)
+                if (k.endswith((".compute", ".memory")) or k in SHARES) and v > top:
                     v = top
                 if v == p[k]:
                     continue
@@ -226,7 +228,7 @@ def profile_dict(prof, name: str, known: dict, notes: str, created: str) -> dict
         "efficiency": {"compute": prof.efficiency.compute, "memory": prof.efficiency.memory, "per_op": per_op},
         "kernel": {k: getattr(prof.kernel, k) for k in
                    ("launch_s", "graph_launch_s", "layer_overhead_s", "sub_block_overhead_s", "step_overhead_s",
-                    "prefill_fixed_s", "serial_fraction")},
+                    "prefill_fixed_s", "serial_fraction", "shared_kv_reread")},
         "memory": {k: getattr(prof.memory, k) for k in
                    ("non_torch_bytes", "cuda_context_bytes", "activation_multiplier", "margin_fraction",
                     "margin_bytes", "cudagraph_first_bytes", "cudagraph_per_graph_bytes")},
@@ -268,7 +270,7 @@ def fidelity_tables(calib: list[dict], held: list[dict], threads: int, log=print
     k = fitted.kernel
     lines.append(f"- launch {k.launch_s * 1e6:.1f} us, per layer {k.layer_overhead_s * 1e6:.1f} us, per step "
                  f"{k.step_overhead_s * 1e3:.2f} ms, per request {k.prefill_fixed_s * 1e3:.2f} ms, serial fraction "
-                 f"{k.serial_fraction:.2f}; non-torch memory "
+                 f"{k.serial_fraction:.2f}, shared-prefix re-read {k.shared_kv_reread:.2f}; non-torch memory "
                  f"{fitted.memory.non_torch_bytes / 2**20:.0f} MiB")
     lines += ["", "Per held-out run (calibrated):", "",
               "| arch | params | workload | TTFT meas / pred | TPOT meas / pred | E2E meas / pred | load avg |",

@@ -76,8 +76,13 @@ def test_batch_beyond_max_num_seqs_runs_in_waves(gpu_vllm):
 
 
 def test_serve_semantics(h100, gpu_vllm):
+    """Staggered clients (a budget that fits one prompt per step: g = 1): one prefill mixed with
+    c - 1 decodes, each decode step carrying (c-1)/out of a prefill (cost.schedule)."""
+    from autocompress.catalog.engines import SchedulerLimits
+
     c, i, o = 8, 200, 50
-    r = predict_workload(ARCH, target(), workload(c=c, mode="serve", i=i, o=o), gpu_vllm)
+    r = predict_workload(ARCH, target(), workload(c=c, mode="serve", i=i, o=o), gpu_vllm,
+                         limits=SchedulerLimits(300, 256))
     mean_kv = i + o / 2
     share = (c - 1) / o
     step = Pass.decode(c, mean_kv) + Pass((Segment(share, i, 0, share),))
@@ -92,15 +97,30 @@ def test_serve_semantics(h100, gpu_vllm):
     assert one.tpot_s == pytest.approx(step_cost(ARCH, Pass.decode(1, mean_kv), h100, gpu_vllm, BF16, True).total_s)
 
 
+def test_serve_in_lockstep_waits_for_the_whole_group(h100, gpu_vllm):
+    """H100's server budget (8192 tokens) prefills all 8 prompts in one step: every request's TTFT is
+    that step, and the decode steps carry no prefill."""
+    c, i, o = 8, 200, 50
+    r = predict_workload(ARCH, target(), workload(c=c, mode="serve", i=i, o=o), gpu_vllm)
+    prefill = step_cost(ARCH, Pass.prefill(c, i), h100, gpu_vllm, BF16, False).total_s  # 1600 > 512: eager
+    assert r.ttft_s == pytest.approx(gpu_vllm.kernel.prefill_fixed_s + prefill)
+    assert r.tpot_s == pytest.approx(step_cost(ARCH, Pass.decode(c, i + o / 2), h100, gpu_vllm, BF16, True).total_s)
+    assert r.e2e_s == pytest.approx(r.ttft_s + (o - 1) * r.tpot_s)
+
+
 def test_prefix_cache_halves_prefilled_tokens(h100, gpu_vllm):
     r = predict_workload(ARCH, target(), workload(c=1, i=1000, o=2, h=0.5), gpu_vllm)
-    assert r.prefill_tokens == 500
-    # 500 new tokens attend to the 500 cached ones too
-    step = step_cost(ARCH, Pass.prefill(1, 500, 500), h100, gpu_vllm, BF16, "piecewise").total_s
+    assert r.prefill_tokens == 504  # vLLM caches whole 16-token blocks: 31 of them (496 tokens)
+    # 504 new tokens attend to the 496 cached ones too
+    step = step_cost(ARCH, Pass.prefill(1, 504, 496), h100, gpu_vllm, BF16, "piecewise").total_s
     assert r.prefill_s == pytest.approx(step)
     full = predict_workload(ARCH, target(), workload(c=1, i=1000, o=2), gpu_vllm)
     assert r.prefill_s < full.prefill_s
-    assert predict_workload(ARCH, target(), workload(i=100, o=2, h=1.0), gpu_vllm).prefill_tokens == 1
+    # all cached but the last, partial block (96 of 100 tokens)
+    assert predict_workload(ARCH, target(), workload(i=100, o=2, h=1.0), gpu_vllm).prefill_tokens == 4
+    # transformers has no paged cache: the share itself, less the last token
+    tf = load_profile(None, h100, "transformers")
+    assert predict_workload(ARCH, target(engine="transformers"), workload(i=100, o=2, h=1.0), tf).prefill_tokens == 1
 
 
 def test_tensor_parallel_halves_weight_reads(gpu_vllm):

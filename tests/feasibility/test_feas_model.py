@@ -210,3 +210,28 @@ def test_relaxation_is_exact_with_a_sub_block_overhead():
     graphed = predict_workload(s.arch, s.spec.target, s.spec.workloads[0], s.profile, s.device, s.limits)
     assert graphed.tpot_s == predict_workload(s.arch, s.spec.target, s.spec.workloads[0], gpu_oh, s.device,
                                               s.limits).tpot_s  # a full CUDA graph has no per-module cost
+
+
+def test_relaxation_is_exact_with_a_shared_prefix():
+    """Four chats in lockstep over a 90% cached prefix whose re-reads cost a fifth of a memory byte
+    (``shared_kv_reread``): the LP rows (op tables of charged bytes, the schedule's passes) equal
+    the exact model at integer points, and cheaper re-reads lower the parent's TPOT."""
+    from dataclasses import replace
+
+    from autocompress.cost.latency import predict_workload
+
+    spec = spec_for(serve("chat", 4, inp=1024, out=64, prefix=0.9, ttft=20 * ms, tpot=2 * ms, e2e=0.5),
+                    hardware="rtx-5080", memory=1024 * MiB)
+    s = setup(spec, tiny_arch(5))
+    s = replace(s, profile=replace(s.profile, kernel=replace(s.profile.kernel, shared_kv_reread=0.2)))
+    n = 0
+    for arch, got, ev in _relax_vs_exact(s, seed=5, n=3):
+        for c in ev.checks:
+            if c.metric != "memory":
+                assert got[c.name] == pytest.approx(c.ratio, rel=1e-6), (c.name, arch)
+                n += 1
+    assert n >= 3 * 3 * 3  # 3 latency bounds x 3 architectures x the hidden sizes
+    full = setup(spec, tiny_arch(5))
+    w = spec.workloads[0]
+    assert (predict_workload(s.arch, spec.target, w, s.profile, s.device, s.limits).tpot_s
+            < predict_workload(full.arch, spec.target, w, full.profile, full.device, full.limits).tpot_s)
