@@ -53,3 +53,36 @@ def test_four_arms_on_a_tiny_parent(tmp_path):
     assert {c["name"] for c in rows["c"]["candidates"]} <= {"router v2", "greedy from router v2"}
     md = (results / "search_ablation.md").read_text()
     assert md.count("| spec | 0 |") == 4
+
+
+def _rank():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("kl_rank_correlation", ROOT / "bench" / "kl_rank_correlation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_spearman_against_hand_ranks():
+    rank = _rank()
+    assert rank.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert rank.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert rank.spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert rank.spearman([1, 1, 2], [5, 5, 9]) == pytest.approx(1.0)  # ties share their mean rank
+    assert rank.spearman([1, 2], [1, 2]) is None and rank.spearman([1, 2, 3], [7, 7, 7]) is None
+
+
+def test_rank_correlation_plumbing_on_a_tiny_parent(tmp_path):
+    rank = _rank()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    make_project(proj)
+    results = tmp_path / "results"
+    assert rank.main(["--contract", "spec", "--examples", str(proj), "--candidates", "3", "--steps", "2", "--seq",
+                      "32", "--spec-steps", "2", "--work", str(tmp_path / "work"), "--results", str(results)]) == 0
+    data = json.loads((results / "kl_rank_correlation.json").read_text())
+    assert 2 <= len(data["rows"]) <= 3 and data["rows"][0]["name"] == "cvxpy start"
+    assert all(r["kl_before"] >= 0 and r["after"]["code"]["ppl"] > 1 for r in data["rows"])
+    assert set(data["spearman"]) >= {"code.kl", "code.ppl"}
