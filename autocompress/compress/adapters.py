@@ -38,7 +38,7 @@ class Adapters:
     """``Adapters(params, rank, seed)``: one (A, B) pair per adapted matrix; ``merged(params)``."""
 
     def __init__(self, params: Mapping[str, torch.Tensor], rank: int = 8, alpha: float = 16.0, seed: int = 0):
-        self.rank, self.scale = rank, alpha / rank
+        self.rank, self.scale = rank, (alpha / rank if rank > 0 else 0.0)
         self.names = adapted_names(params, rank) if rank > 0 else ()
         g = torch.Generator().manual_seed(seed)
         self.a: dict[str, torch.nn.Parameter] = {}

@@ -60,15 +60,19 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
         if s is not None:
             seeds["greedy from router v2"] = s
     cands = [Scored(name, s, select_kl(s)) for name, s in seeds.items()]
-    evals += len(cands)
+    # the prior (what router v1 returned in every measured run) is measured as a reference only:
+    # it is not a candidate of these strategies
+    prior_kl = cands[0].kl if decode == start else select_kl(start)
+    evals += len(cands) + (decode != start)
     for c in cands:
         log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
+    log(f"[refine] (reference, not a candidate) the cvxpy point: KL {prior_kl:.3f}")
     arch, how = final_choice(cands, net, spec, derived, relaxes, feas, log)
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
     out["how"] = how
     first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
     out["search"] = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
-                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "first": first, "last": last}
+                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "prior_kl": round(prior_kl, 4), "first": first, "last": last}
     out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
                      "tokens": 4 * b * T, "candidates": [
                          {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
