@@ -152,7 +152,7 @@ def render(rows: list[dict], meta: dict) -> str:
             s = r["router"]
             out.append(f"- {r['contract']} s{r['seed']} ({r['arm']}): {s['moved_from_prior']} choices moved, "
                        f"{s['steps']} steps, {s['tokens']} tokens, {s['seconds']} s; cvxpy point's KL "
-                       f"{s.get('prior_kl', float('nan')):.3f}; KD "
+                       f"{s.get('prior_kl', float('nan')):.3f}, the built architecture's {s.get('final_kl', float('nan')):.3f}; KD "
                        f"{s['first']['quality']:.3f} -> {s['last']['quality']:.3f}")
     return "\n".join(out) + "\n"
 

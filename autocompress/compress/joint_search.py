@@ -68,11 +68,18 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
         log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
     log(f"[refine] (reference, not a candidate) the cvxpy point: KL {prior_kl:.3f}")
     arch, how = final_choice(cands, net, spec, derived, relaxes, feas, log)
+    final = net.indices_of(arch)
+    final_kl = next((c.kl for c in cands if c.state == final), None)
+    if final_kl is None:  # repaired by the exact cost model: what is built is measured too
+        final_kl = select_kl(final)
+        evals += 1
+        log(f"[refine] the architecture after the exact model's repair: KL {final_kl:.3f}")
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
     out["how"] = how
     first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
     out["search"] = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
-                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "prior_kl": round(prior_kl, 4), "first": first, "last": last}
+                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "prior_kl": round(prior_kl, 4),
+                     "final_kl": round(final_kl, 4), "first": first, "last": last}
     out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
                      "tokens": 4 * b * T, "candidates": [
                          {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
