@@ -117,8 +117,10 @@ class HybridSupernet:
                        if opts and isinstance(b.ffn, MoE) else None)
         return HybridMasks(hidden, count, tuple(ffn), tuple(attn), tuple(moe))
 
-    def forward(self, input_ids, choices, return_hidden: bool = False, start=None, tap=None) -> torch.Tensor:
-        return forward(self.params, self.cfg, input_ids, self.masks(choices), tap=tap, return_hidden=return_hidden,
+    def forward(self, input_ids, choices, return_hidden: bool = False, start=None, tap=None, params=None
+                ) -> torch.Tensor:
+        """``params``: other weights of the same names and shapes (router v2's adapted temporaries)."""
+        return forward(self.params if params is None else params, self.cfg, input_ids, self.masks(choices), tap=tap, return_hidden=return_hidden,
                        start=start)
 
     __call__ = forward

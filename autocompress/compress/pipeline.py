@@ -47,7 +47,8 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
 
     def search_stage(tmp: Path, partial: Path) -> dict:
         chosen = choose_architecture(p.spec, p.parent.architecture, p.derived, p.importance.path / "importance.json",
-                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress, p.family)
+                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress, p.family,
+                                     ckpt_dir=partial)  # router v2's checkpoints: a killed search resumes
         (tmp / "architecture.json").write_text(json.dumps(chosen, indent=2))
         return {"strategy": strat.strategy}
 

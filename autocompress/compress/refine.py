@@ -137,16 +137,18 @@ def rounds_left(v: float, cfg: RefineConfig, share: float | None = None) -> int:
 
 def greedy(tables: list[CostTables], h: int, measure: Measure, cfg: RefineConfig,
            log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial,
-           progress: Progress | None = None) -> tuple[State | None, int]:
-    """Iterative measured pruning from the parent at hidden index ``h``, then a measured fill.
-    Returns (a state the tables call feasible, or None within the budget; forwards spent).
-    ``progress``: one task per run, in rounds (the total re-estimated each round, ``rounds_left``)."""
+           progress: Progress | None = None, start: State | None = None) -> tuple[State | None, int]:
+    """Iterative measured pruning from the parent at hidden index ``h`` (or from ``start``, a state
+    at that hidden index: router v2's decode), then a measured fill. Returns (a state the tables
+    call feasible, or None within the budget; forwards spent). ``progress``: one task per run, in
+    rounds (the total re-estimated each round, ``rounds_left``)."""
+    assert start is None or start[0] == h
     with (progress or Progress()).task(f"refine hidden {tables[h].d}", unit="round") as bar:
-        return _greedy(tables, h, measure, cfg, log, bar, map_fn)
+        return _greedy(tables, h, measure, cfg, log, bar, map_fn, start)
 
 
-def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial) -> tuple[State | None, int]:
-    s = full_state(tables, h)
+def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial, start=None) -> tuple[State | None, int]:
+    s = full_state(tables, h) if start is None else start
     q, evals = measure(s), 1
     v = violation(costs(tables, s))
     rnd, stale, v0 = 0, {}, v

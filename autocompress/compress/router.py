@@ -85,6 +85,10 @@ class Router(torch.nn.Module):
         self.hidden = torch.nn.Parameter(torch.zeros(len(tables)))
         self.attn = torch.nn.Parameter(torch.zeros(L, amax))
         self.ffn = torch.nn.Parameter(torch.zeros(L, fmax))
+        # a fixed prior added to the learned logits (router v2: the cvxpy point as a bias, ``set_prior``)
+        self.register_buffer("bias_h", torch.zeros(len(tables)))
+        self.register_buffer("bias_a", torch.zeros(L, amax))
+        self.register_buffer("bias_f", torch.zeros(L, fmax))
         if start is not None:
             h, ca, cf = start
             with torch.no_grad():
@@ -93,9 +97,23 @@ class Router(torch.nn.Module):
                     self.attn[l, ca[l]] = init_logit
                     self.ffn[l, cf[l]] = init_logit
 
+    def set_prior(self, point: tuple[int, tuple[int, ...], tuple[int, ...]], strength: float) -> None:
+        """Bias the logits by ``strength`` toward ``point``'s choices; the learned logits stay free."""
+        h, ca, cf = point
+        with torch.no_grad():
+            for b in (self.bias_h, self.bias_a, self.bias_f):
+                b.zero_()
+            self.bias_h[h] = strength
+            L = self.attn.shape[0]
+            self.bias_a[torch.arange(L), torch.tensor(ca)] = strength
+            self.bias_f[torch.arange(L), torch.tensor(cf)] = strength
+
+    def logits(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Learned logits + prior bias (+ -inf on illegal options)."""
+        return self.hidden + self.bias_h, self.attn + self.bias_a + self.mask_a, self.ffn + self.bias_f + self.mask_f
+
     def probs(self, tau: float, hard: bool, generator: torch.Generator | None):
-        def sample(logits, mask):
-            x = logits + mask
+        def sample(x):
             if generator is None:
                 return F.softmax(x / tau, dim=-1)
             g = -torch.log(-torch.log(torch.rand(x.shape, generator=generator).clamp_min(1e-20)))
@@ -104,12 +122,12 @@ class Router(torch.nn.Module):
                 idx = y.argmax(dim=-1, keepdim=True)
                 y = torch.zeros_like(y).scatter_(-1, idx, 1.0) - y.detach() + y
             return y
-        ph = sample(self.hidden, torch.zeros_like(self.hidden))
-        return ph, sample(self.attn, self.mask_a), sample(self.ffn, self.mask_f)
+        h, a, f = self.logits()
+        return sample(h), sample(a), sample(f)
 
     def decode(self) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-        return (int(self.hidden.argmax()), tuple(int(i) for i in (self.attn + self.mask_a).argmax(-1)),
-                tuple(int(i) for i in (self.ffn + self.mask_f).argmax(-1)))
+        h, a, f = self.logits()
+        return int(h.argmax()), tuple(int(i) for i in a.argmax(-1)), tuple(int(i) for i in f.argmax(-1))
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
-"""Choosing the architecture: cvxpy starting point with measured importance, then the router
-(strategy ``autocompress``) or the Minitron-style uniform grid (strategy ``uniform``).
+"""Choosing the architecture: cvxpy starting point with measured importance, then per strategy
 
-Both strategies see the same importance, cost model, bounds and budget; only the search differs,
-so a user can A/B them with one line of the spec.
+    autocompress    router v1 and the cvxpy start as seeds, the measured greedy, the measured choice
+    router          router v2: router and supernet temporaries trained together (``joint_search``)
+    router-refine   router v2, then the measured greedy from its decode and the measured choice
+    uniform         the Minitron-style grid's frontier, measured choice (``baseline``)
+
+Every strategy sees the same importance, cost model, bounds and teacher outputs; only the search
+differs, so a user can A/B them with one line of the spec (``bench/search_ablation.py`` does).
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ def arch_json(arch, importance: float) -> dict:
 
 
 def search_configs(settings):
-    """(router config, refinement config) of a build: the search stage runs with these and its
-    cache key holds them, so a changed default re-runs the search."""
+    """(router v1 config, refinement config, router v2 config) of a build: the search stage runs
+    with these and its cache key holds them, so a changed default re-runs the search."""
     from autocompress.compress.router import SearchConfig
+    from autocompress.compress.router_v2 import RouterV2Config
 
-    return SearchConfig(steps=settings.search_steps, seed=settings.seed), RefineConfig()
+    per_step = settings.search_batch * settings.search_seq
+    v2 = RouterV2Config(steps=max(1, settings.search_tokens // per_step), tau_start=settings.search_temperature,
+                        tau_end=settings.search_temperature / 20, seed=settings.seed)
+    return SearchConfig(steps=settings.search_steps, seed=settings.seed), RefineConfig(), v2
 
 
 def search_key_parts(settings) -> tuple[str, str]:
@@ -87,9 +95,10 @@ def _measures(net, teacher, train_rows, settings):
 
 
 def choose_architecture(spec, parent_arch, derived, importance_path, permuted, cfg, teacher, train_rows, settings,
-                        progress, family=None) -> dict:
+                        progress, family=None, ckpt_dir=None) -> dict:
     """The search stage: the architecture of ``settings.strategy`` and how it was chosen (JSON).
-    ``family``: the parent's ``families.base.BuildFamily`` (its supernet); default: by the IR family."""
+    ``family``: the parent's ``families.base.BuildFamily`` (its supernet); default: by the IR family.
+    ``ckpt_dir``: where router v2 checkpoints (the stage's partial folder: a killed search resumes)."""
     from autocompress.families.base import family_of
     from autocompress.feasibility.variants import assess_variants
 
@@ -127,6 +136,11 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     tables = [cost_tables(relaxes[d]) for d in sp.hidden_grid]
     net = family.supernet(permuted, cfg, sp, variant)
     start = net.indices_of(feas.start.evaluation.arch)
+    if settings.strategy in ("router", "router-refine"):
+        from autocompress.compress.joint_search import router_v2_choice
+
+        return router_v2_choice(out, spec, derived, feas, relaxes, tables, net, start, teacher, train_rows, settings,
+                                imp, parent_arch, progress, ckpt_dir)
     n, b, T = len(train_rows), settings.search_batch, settings.search_seq
 
     def quality(step, ph, pa, pf):
@@ -137,7 +151,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
         logits = net.forward(ids, (ph, pa, pf))
         return topk_kl(logits, target)
 
-    router_cfg, refine_cfg = search_configs(settings)
+    router_cfg, refine_cfg, _ = search_configs(settings)
     with progress.task("search", total=router_cfg.steps, unit="step") as bar:
         def show(rec):
             worst = max(rec["expected"].items(), key=lambda kv: kv[1])
@@ -155,8 +169,22 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     # the measured forwards are independent: under a launcher they are split over the ranks
     ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress)
     t_ref = time.perf_counter() - t_ref
+    arch, how = final_choice(ref.candidates, net, spec, derived, relaxes, feas, log)
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
+    out["how"] = how
+    out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
+                     "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
+    out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
+        {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
+         "attention": sum(1 for a in c.state[1] if a), "ffn": sum(1 for f in c.state[2] if f)} for c in ref.candidates]}
+    return out
+
+
+def final_choice(candidates, net, spec, derived, relaxes, feas, log) -> tuple:
+    """(architecture, how): the candidate of least KL that the exact cost model accepts (after a
+    greedy repair where it is over), else the cvxpy start; the exact model has the last word."""
     arch = ev = None
-    for cand in sorted(ref.candidates, key=lambda c: c.kl):  # the exact cost model has the last word
+    for cand in sorted(candidates, key=lambda c: c.kl):
         arch = net.architecture(*cand.state)
         ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)
         how = f"measured choice: {cand.name}, KL {cand.kl:.3f}"
@@ -166,19 +194,12 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
             how += f", then {moves} greedy repair moves"
         if ev.ok:
             break
-    if not ev.ok:
+    if ev is None or not ev.ok:
         arch, ev, how = feas.start.evaluation.arch, feas.start.evaluation, "cvxpy starting point (no candidate passed)"
     moved = sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
     how += f" ({moved} of {arch.num_layers} layers differ from the cvxpy start)"
     log(f"[search] {how}: hidden {arch.hidden_size}, {arch.params() / 1e6:.1f}M params")
-    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
-    out["how"] = how
-    out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
-                     "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
-    out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
-        {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
-         "attention": sum(1 for a in c.state[1] if a), "ffn": sum(1 for f in c.state[2] if f)} for c in ref.candidates]}
-    return out
+    return arch, how
 
 
 def _uniform_choice(out, swept, family, permuted, cfg, teacher, train_rows, settings, sp, imp, parent_arch, log) -> dict:

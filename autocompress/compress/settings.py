@@ -20,6 +20,8 @@ class BuildSettings:
     search_steps: int
     search_batch: int
     search_seq: int
+    search_tokens: int
+    search_temperature: float
     calib_rows: int
     ablation_rows: int
     teacher_rows: int
@@ -56,6 +58,18 @@ def derive_build(spec) -> BuildSettings:
     search_batch = pick("search batch", None, 2, "the router needs a quality signal, not a recovery: small batches")
     search_seq = pick("search tokens per sequence", None, min(seq_len, 64),
                       "the masked supernet's forward+backward costs ~3 plain forwards; 64 tokens keep a step ~2 s")
+    # router v2's budget in tokens (strategies router, router-refine): a quarter of what distillation
+    # reads, so the search costs about as much as a quarter of the recovery (a search step runs the
+    # masked supernet forward and backward, like a distillation step on fewer tokens); at least 64
+    # steps, so an annealed temperature and a 2-nat prior at lr 0.1 have room to move the decode
+    per_step = search_batch * search_seq
+    given = (s.tokens if s and s.tokens else None) or (s.steps * per_step if s and s.steps else None)
+    search_tokens = pick("router v2 tokens", given,
+                         max(64 * per_step, steps * batch * seq_len // 4 // per_step * per_step),
+                         f"a quarter of the distillation's {steps * batch * seq_len} tokens, at least 64 steps of "
+                         f"{search_batch} x {search_seq}")
+    temperature = pick("router v2 temperature", s.temperature if s else None, 1.0,
+                       "Gumbel-softmax start, annealed geometrically to 1/20 of it over the steps")
     calib = pick("calibration sequences", None, 32,
                  "activation statistics settle within a few dozen sequences at this size (Minitron uses 1024 on GPUs)")
     ablation = pick("removal-KL sequences", None, 8,
@@ -66,5 +80,6 @@ def derive_build(spec) -> BuildSettings:
     eval_rows = pick("held-out rows per kind", (eval_tokens // seq_len) if eval_tokens else None, 24,
                      "~6K tokens each of code and prose: perplexity within a few percent at this size")
     topk = pick("teacher top-k", None, 32, "covers >95% of SmolLM2's next-token mass on code; the tail is one bucket")
-    return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_steps, search_batch, search_seq, calib, ablation,
+    return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_steps, search_batch, search_seq, search_tokens,
+                         temperature, calib, ablation,
                          teacher, eval_rows, topk, tuple(rows))

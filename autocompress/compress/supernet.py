@@ -56,7 +56,8 @@ class Supernet:
     """``Supernet(permuted_params, cfg, space)``; ``forward(input_ids, choices) -> logits``.
 
     The parameters are the parent's (permuted) and are never trained here; gradients flow to the
-    choice probabilities only (the caller leaves ``requires_grad`` off on the parameters).
+    choice probabilities (the caller leaves ``requires_grad`` off on the parameters), and to router
+    v2's adapters when it passes adapted weights (``forward(..., params=)``).
     """
 
     def __init__(self, params: Mapping[str, torch.Tensor], cfg: LlamaConfig, space: Any,
@@ -147,9 +148,10 @@ class Supernet:
         return Masks(hidden, count, tuple(ffn), tuple(attn))
 
     def forward(self, input_ids: torch.Tensor, choices: Choices | Sequence[torch.Tensor],
-                return_hidden: bool = False, start: tuple[int, torch.Tensor] | None = None, tap=None
-                ) -> torch.Tensor:
-        return forward(self.params, self.cfg, input_ids, self.masks(choices), tap=tap, return_hidden=return_hidden,
+                return_hidden: bool = False, start: tuple[int, torch.Tensor] | None = None, tap=None,
+                params: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """``params``: other weights of the same names and shapes (router v2's adapted temporaries)."""
+        return forward(self.params if params is None else params, self.cfg, input_ids, self.masks(choices), tap=tap, return_hidden=return_hidden,
                        start=start)
 
     __call__ = forward

@@ -177,6 +177,8 @@ def format_spec(spec_or_source, base_dir: str | None = None, *, source: str | No
             v = getattr(s, k)
             if v is not None:
                 rows.append(_Row(k, fmt_number(v), ("search", k)))
+        if s.tokens is not None:
+            rows.append(_Row("tokens", render(s.tokens, "tokens"), ("search", "tokens")))
         sections.append(_block("search", ("search",), rows, notes))
     if spec.distill is not None:
         d = spec.distill

@@ -18,7 +18,7 @@ METRICS = ("ttft", "tpot", "e2e", "throughput")  # latency metrics in seconds, t
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 ENGINES = ("vllm", "transformers")
 AXES = ("hidden", "kv_heads", "ffn", "depth", "attention", "experts", "mamba")
-STRATEGIES = ("autocompress", "uniform")
+STRATEGIES = ("autocompress", "router", "router-refine", "uniform")
 
 
 @dataclass(frozen=True)
@@ -78,11 +78,12 @@ class Workload:
 
 @dataclass(frozen=True)
 class Search:
-    strategy: str | None = None  # "autocompress" | "uniform"
+    strategy: str | None = None  # one of STRATEGIES
     axes: tuple[str, ...] | None = None
     steps: int | None = None
     seed: int | None = None
     temperature: float | None = None
+    tokens: int | None = None  # router v2's search budget in tokens (or ``steps``, not both)
     span: Span = _span()
 
 
@@ -154,7 +155,7 @@ def spec_from_projection(p, path: str) -> "Spec":
     s = d.get("search")
     search = None if s is None else Search(s.get("strategy"), _opt(s.get("axes"), tuple), _opt(s.get("steps"), int),
                                            _opt(s.get("seed"), int), _opt(s.get("temperature"), float),
-                                           span=sp[("search",)])
+                                           _opt(s.get("tokens"), int), span=sp[("search",)])
     ds = d.get("distill")
     distill = None if ds is None else Distill(_opt(ds.get("data"), tuple), _opt(ds.get("steps"), int),
                                               _opt(ds.get("tokens"), int), _opt(ds.get("seq_len"), int),

@@ -28,6 +28,13 @@ def check(p: Projection) -> list[Diagnostic]:
     engine, prec, kv = t.get("engine"), t.get("precision"), t.get("kv_cache")
     tp = t.get("tensor_parallel", 1)
 
+    # --- search: one budget (router steps, or router v2's tokens)
+    srch = d.get("search") or {}
+    if "steps" in srch and "tokens" in srch:
+        later = max((sp[("search", "steps")], "steps"), (sp[("search", "tokens")], "tokens"))
+        err(later[0], "search has both 'steps' and 'tokens': give one budget",
+            "steps N: router steps; tokens N: router v2's budget in tokens (steps = tokens / tokens per step)")
+
     # --- target
     if kv == "fp8" and engine == "transformers":
         err(sp[("target", "kv_cache")], "kv_cache fp8 is not supported by the transformers engine",

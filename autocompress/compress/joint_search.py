@@ -1,0 +1,96 @@
+"""Strategies ``router`` and ``router-refine``: router v2 in the search stage (orchestration).
+
+    kd loss     the supernet (its weights + router v2's adapters) on the step's training rows,
+                top-k KL against the cached teacher outputs (``teacher``), as distillation
+    train       ``router_v2.train_router_v2`` from the cvxpy point as a prior, checkpointed in the
+                stage's partial folder (a killed build resumes the search), progress with an ETA
+    router        the decode is the one candidate
+    router-refine the measured greedy (``refine``) from the decode: pruned while over a bound,
+                  filled while under; the decode and the greedy's result are measured on the
+                  selection rows and the lower KL wins
+    final       ``search.final_choice``: the exact cost model has the last word (greedy repair)
+
+The tensor math lives in ``router_v2``, ``adapters``, ``supernet`` and ``teacher``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from autocompress.compress import dist
+from autocompress.compress.refine import Scored, greedy
+
+
+def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start, teacher, train_rows, settings,
+                     imp, parent_arch, progress, ckpt_dir=None) -> dict:
+    """The search stage's JSON for ``settings.strategy`` in (``router``, ``router-refine``)."""
+    from autocompress.compress.router_v2 import train_router_v2
+    from autocompress.compress.search import _measures, arch_json, final_choice, search_configs
+    from autocompress.compress.teacher import topk_kl
+
+    log = progress.log
+    _, refine_cfg, cfg = search_configs(settings)
+    n, b, T = len(train_rows), settings.search_batch, settings.search_seq
+
+    def kd_loss(step, choices, params):
+        rows = [(step * b + i) % n for i in range(b)]
+        t = teacher.get(rows)
+        target = type(t)(t.values[:, :T], t.indices[:, :T], t.lse[:, :T])
+        return topk_kl(net.forward(train_rows[rows][:, :T], choices, params=params), target)
+
+    log(f"[search] router v2: {cfg.steps} steps x {b} x {T} tokens ({cfg.steps * b * T} tokens), prior {cfg.prior} "
+        f"on the cvxpy point, tau {cfg.tau_start:g} -> {cfg.tau_end:g}, adapters rank {cfg.rank}")
+    with progress.task("search (router v2)", total=cfg.steps, unit="step") as bar:
+        def show(rec):
+            worst = max(rec["expected"].items(), key=lambda kv: kv[1])
+            bar.advance(KD=f"{rec['quality']:.4f}", tau=f"{rec['tau']:.2f}", worst=f"{worst[0]} {worst[1]:.3f}")
+        res = train_router_v2(tables, kd_loss, net.params, cfg, prior=start, on_step=show,
+                              ckpt_dir=Path(ckpt_dir) / "router_v2" if ckpt_dir is not None else None,
+                              on_resume=lambda k: (log(f"[search] router v2 resumes at step {k}"),
+                                                   bar.advance(k, cached=True)))
+    decode = (res.hidden_index, res.attn_choice, res.ffn_choice)
+    moved = _moved(start, decode)
+    log(f"[search] router v2 decode: {moved} of {2 * len(start[1]) + 1} choices differ from the cvxpy point")
+    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
+    seeds = {"router v2": decode}
+    t_ref, evals = time.perf_counter(), 0
+    if settings.strategy == "router-refine":
+        s, evals = greedy(tables, decode[0], search_kl, refine_cfg, log, dist.map_shared, progress, start=decode)
+        if s is not None:
+            seeds["greedy from router v2"] = s
+    cands = [Scored(name, s, select_kl(s)) for name, s in seeds.items()]
+    # the prior (what router v1 returned in every measured run) is measured as a reference only:
+    # it is not a candidate of these strategies
+    prior_kl = cands[0].kl if decode == start else select_kl(start)
+    evals += len(cands) + (decode != start)
+    for c in cands:
+        log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
+    log(f"[refine] (reference, not a candidate) the cvxpy point: KL {prior_kl:.3f}")
+    arch, how = final_choice(cands, net, spec, derived, relaxes, feas, log)
+    final = net.indices_of(arch)
+    final_kl = next((c.kl for c in cands if c.state == final), None)
+    if final_kl is None:  # repaired by the exact cost model: what is built is measured too
+        final_kl = select_kl(final)
+        evals += 1
+        log(f"[refine] the architecture after the exact model's repair: KL {final_kl:.3f}")
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["how"] = how
+    first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
+    out["search"] = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
+                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "prior_kl": round(prior_kl, 4),
+                     "final_kl": round(final_kl, 4), "first": first, "last": last}
+    out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
+                     "tokens": 4 * b * T, "candidates": [
+                         {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
+                          "attention": sum(1 for a in c.state[1] if a), "ffn": sum(1 for f in c.state[2] if f)}
+                         for c in cands]}
+    return out
+
+
+def _moved(a, b) -> int:
+    """Choices (hidden size, each layer's attention and FFN option) in which two points differ."""
+    return int(a[0] != b[0]) + sum(x != y for x, y in zip(a[1], b[1])) + sum(x != y for x, y in zip(a[2], b[2]))
+
+
+__all__ = ["router_v2_choice"]

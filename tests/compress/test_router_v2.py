@@ -1,0 +1,132 @@
+"""Router v2 on synthetic cost tables: it moves when the loss says so and only then, the prior is
+a bias, the temperature anneals, dual ascent brings an over-budget decode under the bound, and a
+resumed run equals an uninterrupted one."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from autocompress.compress.refine import costs, full_state  # noqa: E402
+from autocompress.compress.router import Router  # noqa: E402
+from autocompress.compress.router_v2 import RouterV2Config, temperature, train_router_v2  # noqa: E402
+
+from _searchkit import setup_tables  # noqa: E402
+
+P0 = (2, (1, 0, 0, 0, 0, 0), (4, 4, 4, 4, 4, 4))
+LOOSE = 8e-4  # a TPOT bound the parent meets (0.77 of it): no budget pressure anywhere
+
+
+def _loose():
+    tables, _ = setup_tables(LOOSE)
+    assert max(costs(tables, full_state(tables, 0))) < 1.0
+    return tables
+
+
+def _zero(step, choices, params):
+    return torch.zeros(())
+
+
+def _wants_ffn2_at_2(step, choices, params):  # a loss that prefers layer 2's FFN narrower (cheaper)
+    return -choices[2][2, 2]
+
+
+def _decode(res):
+    return res.hidden_index, res.attn_choice, res.ffn_choice
+
+
+def test_choices_change_when_the_loss_says_so_and_only_then():
+    tables = _loose()
+    moved = train_router_v2(tables, _wants_ffn2_at_2, {}, RouterV2Config(steps=30), prior=P0)
+    h, ca, cf = _decode(moved)
+    assert cf[2] == 2  # the loss's choice won against the prior ...
+    assert (h, ca, cf[:2] + cf[3:]) == (P0[0], P0[1], P0[2][:2] + P0[2][3:])  # ... and nothing else moved
+    flip = next(r["step"] for r in moved.history if r["decode"][2][2] == 2)
+    assert flip < 30  # Adam at lr 0.1 overcomes the 2-nat prior in ~20 steps (v1 never flipped in 20)
+    still = train_router_v2(tables, _zero, {}, RouterV2Config(steps=30), prior=P0)
+    assert _decode(still) == P0
+    assert all(r["decode"] == [P0[0], list(P0[1]), list(P0[2])] for r in still.history)
+
+
+def test_the_prior_is_a_bias_on_free_logits():
+    tables = _loose()
+    r = Router(tables, None, 0.0)
+    r.set_prior(P0, 2.0)
+    assert all(float(p.detach().abs().sum()) == 0.0 for p in r.parameters())  # learned logits start at 0
+    h, a, f = r.logits()
+    assert float(h[P0[0]]) == 2.0 and float(f[2, 4]) == 2.0 and float(f[2, 3]) == 0.0
+    assert r.decode() == P0
+    # a stronger prior takes proportionally longer to overcome; no prior: the loss's choice at once
+    first = {}
+    for strength in (0.0, 1.0, 4.0):
+        res = train_router_v2(tables, _wants_ffn2_at_2, {}, RouterV2Config(steps=45, prior=strength), prior=P0)
+        first[strength] = next(r["step"] for r in res.history if r["decode"][2][2] == 2)
+    assert first[0.0] <= first[1.0] < first[4.0]
+
+
+def test_temperature_anneals_geometrically():
+    cfg = RouterV2Config(steps=50, tau_start=2.0, tau_end=0.1)
+    taus = [temperature(cfg, s) for s in range(cfg.steps)]
+    assert taus[0] == pytest.approx(2.0) and taus[-1] == pytest.approx(0.1)
+    assert all(a > b for a, b in zip(taus, taus[1:]))
+    tables = _loose()
+    res = train_router_v2(tables, _zero, {}, RouterV2Config(steps=5, tau_start=2.0, tau_end=0.1), prior=P0)
+    assert [r["tau"] for r in res.history] == pytest.approx([temperature(RouterV2Config(steps=5, tau_start=2.0,
+                                                                                         tau_end=0.1), s)
+                                                             for s in range(5)])
+
+
+def test_dual_ascent_pushes_an_over_budget_decode_under_the_bound():
+    tables, _ = setup_tables()
+    full = full_state(tables, 0)
+    assert costs(tables, full)[0] > 1.09  # the parent: 10% over the TPOT bound
+    res = train_router_v2(tables, _zero, {}, RouterV2Config(steps=60), prior=full)
+    assert max(costs(tables, _decode(res))) <= 1.0
+    assert res.history[0]["expected"]["w.tpot"] > 1.0
+    assert max(r["lambda"]["w.tpot"] for r in res.history) > 0  # the multiplier rose while violated
+
+
+def _with_weights(step, choices, params):
+    """A loss that reads the adapted weights too, so the resume test covers the adapters' state."""
+    w = params["model.layers.0.mlp.up_proj.weight"]
+    x = torch.linspace(-1, 1, w.shape[1])
+    return -choices[2][2, 2] + 0.1 * (w @ x).pow(2).mean() * (1 + step % 3)
+
+
+def test_resume_gives_the_same_decode_as_an_uninterrupted_run(tmp_path):
+    tables, _ = setup_tables()  # under budget pressure: the multipliers' state matters too
+    g = torch.Generator().manual_seed(0)
+    params = {"model.layers.0.mlp.up_proj.weight": torch.randn(24, 16, generator=g),
+              "model.embed_tokens.weight": torch.randn(32, 16, generator=g)}
+    cfg = RouterV2Config(steps=17, ckpt_every=4, rank=2)
+    whole = train_router_v2(tables, _with_weights, params, cfg, prior=P0)
+    resumed_at = []
+    part = train_router_v2(tables, _with_weights, params, cfg, prior=P0, ckpt_dir=tmp_path, stop_after=7)
+    assert len(part.history) == 7
+    rest = train_router_v2(tables, _with_weights, params, cfg, prior=P0, ckpt_dir=tmp_path,
+                           on_resume=resumed_at.append)
+    assert resumed_at == [7]
+    assert _decode(rest) == _decode(whole)
+    assert rest.history == whole.history  # bit-identical: logits, adapters, Adam states, generator
+    # another configuration does not resume from this state
+    other = []
+    train_router_v2(tables, _with_weights, params, RouterV2Config(steps=3, rank=2), prior=P0, ckpt_dir=tmp_path,
+                    on_resume=other.append)
+    assert other == []
+
+
+def test_the_search_key_holds_router_v2s_config():
+    from dataclasses import replace
+
+    from autocompress.compress.search import search_configs, search_key_parts
+    from autocompress.compress.settings import derive_build
+
+    _, relax = setup_tables()
+    s = derive_build(relax.spec)
+    v2 = search_configs(s)[2]
+    per_step = s.search_batch * s.search_seq
+    assert v2.steps == s.search_tokens // per_step >= 64  # the derived budget: at least 64 steps
+    assert v2.tau_start == s.search_temperature == 1.0
+    base = search_key_parts(s)
+    assert "adapter_lr" in base[1]  # every router v2 setting, defaults included: a new default re-runs
+    for change in (dict(search_tokens=s.search_tokens * 2), dict(search_temperature=2.0), dict(seed=1)):
+        assert search_key_parts(replace(s, **change)) != base, change

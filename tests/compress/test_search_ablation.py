@@ -1,0 +1,88 @@
+"""bench/search_ablation.py's plumbing on a tiny parent: four arms built from one stage folder,
+the same distillation budget, a row per arm with quality, search time and where capacity went."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.integration
+
+from _buildkit import make_project  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("search_ablation", ROOT / "bench" / "search_ablation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_arm_spec_keeps_the_contract_and_sets_one_budget():
+    bench = _bench()
+    text = (ROOT / "examples" / "cpu-vllm.acspec").read_text()
+    out = bench.arm_spec(text, "router-refine", 1, 12, 64, 4096, "x")
+    assert "strategy router-refine  seed 1  tokens 4096 tokens" in out
+    assert "distill { steps 12  seq_len 64 tokens }" in out and out.count("search") == 1
+    from autocompress.lang.api import parse_spec
+
+    parse_spec(out, "x.acspec")  # a valid spec
+
+
+def test_four_arms_on_a_tiny_parent(tmp_path):
+    bench = _bench()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    make_project(proj)
+    work, results = tmp_path / "work", tmp_path / "results"
+    rc = bench.main(["--contracts", "spec", "--steps", "2", "--seq", "32", "--search-tokens", "256",
+                     "--examples", str(proj), "--work", str(work), "--results", str(results)])
+    assert rc == 0
+    data = json.loads((results / "search_ablation.json").read_text())
+    rows = {r["arm"]: r for r in data["rows"]}
+    assert [rows[a]["strategy"] for a in "abcd"] == ["router", "autocompress", "router-refine", "uniform"]
+    for r in rows.values():
+        assert r["all_bounds_met"] and r["ppl"]["code"] > 1 and r["search_s"] is not None
+        assert r["accuracy_mean"] is not None  # the fixture benchmark documents
+        assert r["capacity"]["layers"] == 4
+    assert "router v2" in rows["a"]["how"] and [c["name"] for c in rows["a"]["candidates"]] == ["router v2"]
+    assert {c["name"] for c in rows["c"]["candidates"]} <= {"router v2", "greedy from router v2"}
+    md = (results / "search_ablation.md").read_text()
+    assert md.count("| spec | 0 |") == 4
+
+
+def _rank():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("kl_rank_correlation", ROOT / "bench" / "kl_rank_correlation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_spearman_against_hand_ranks():
+    rank = _rank()
+    assert rank.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert rank.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert rank.spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert rank.spearman([1, 1, 2], [5, 5, 9]) == pytest.approx(1.0)  # ties share their mean rank
+    assert rank.spearman([1, 2], [1, 2]) is None and rank.spearman([1, 2, 3], [7, 7, 7]) is None
+
+
+def test_rank_correlation_plumbing_on_a_tiny_parent(tmp_path):
+    rank = _rank()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    make_project(proj)
+    results = tmp_path / "results"
+    assert rank.main(["--contract", "spec", "--examples", str(proj), "--candidates", "3", "--steps", "2", "--seq",
+                      "32", "--spec-steps", "2", "--work", str(tmp_path / "work"), "--results", str(results)]) == 0
+    data = json.loads((results / "kl_rank_correlation.json").read_text())
+    assert 2 <= len(data["rows"]) <= 3 and data["rows"][0]["name"] == "cvxpy start"
+    assert all(r["kl_before"] >= 0 and r["after"]["code"]["ppl"] > 1 for r in data["rows"])
+    assert set(data["spearman"]) >= {"code.kl", "code.ppl"}
