@@ -27,14 +27,20 @@ from typing import Callable
 SELECT_ROWS = 4  # a selection forward reads 4 x search batch rows (search._measures)
 
 
+def budget_of(max_evals: int) -> int:
+    """How many candidates the refinement budget of ``max_evals`` search forwards measures."""
+    return max(1, max_evals // SELECT_ROWS)
+
+
 def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, max_evals: int, search_tokens: int,
-                     log: Callable[[str], None] = lambda m: None) -> tuple[object, float, dict]:
+                     log: Callable[[str], None] = lambda m: None,
+                     tick: Callable[[], None] = lambda: None) -> tuple[object, float, dict]:
     """(architecture, its KL, the report's ``refine`` entry) of the measured choice.
 
     ``frontier``: (arch, evaluation, prior importance, hidden) best prior first; ``to_state(arch)``
     the supernet's state (``ValueError``: not expressible there, skipped); ``search_tokens``: the
-    tokens of one search forward (search batch x search tokens)."""
-    budget = max(1, max_evals // SELECT_ROWS)
+    tokens of one search forward (search batch x search tokens); ``tick()`` after each measured one."""
+    budget = budget_of(max_evals)
     t0 = time.perf_counter()
     scored, skipped = [], 0
     for arch, ev, prior, d in frontier:
@@ -54,6 +60,7 @@ def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, ma
                        "attention": sum(1 for b in arch.blocks if b.attention),
                        "ffn": sum(1 for b in arch.blocks if b.ffn), "prior": float(f"{prior:.4g}"), "arch": arch})
         log(f"[baseline] {name}, hidden {d}: KL {kl:.3f} (prior {prior:.4g})")
+        tick()
     if not scored:
         raise ValueError("no uniform candidate could be measured on this supernet")
     best = min(scored, key=lambda c: c["kl"])

@@ -120,7 +120,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
             raise NoArchitecture("no uniform (identical-layer) architecture meets this contract; "
                                  "use `strategy autocompress`")
         return _measured_uniform(out, spec, swept, derived, family, permuted, cfg, teacher, train_rows, settings,
-                                 imp, parent_arch, log)
+                                 imp, parent_arch, progress)
 
     from autocompress.compress.router import train_router
     from autocompress.compress.teacher import topk_kl
@@ -235,10 +235,10 @@ def _uniform_choice(out, swept, family, permuted, cfg, teacher, train_rows, sett
 
 
 def _measured_uniform(out, spec, swept, derived, family, permuted, cfg, teacher, train_rows, settings, imp,
-                      parent_arch, log) -> dict:
+                      parent_arch, progress) -> dict:
     """Strategy uniform (the fair Minitron++ arm, ``compress.baseline``): the grid's frontier
     candidates, all meeting the contract, chosen by the KL autocompress's final choice uses."""
-    from autocompress.compress.baseline import measured_uniform
+    from autocompress.compress.baseline import budget_of, measured_uniform
     from autocompress.feasibility.uniform import uniform_frontier
 
     sp, variant = derived.space, swept.parent
@@ -248,10 +248,13 @@ def _measured_uniform(out, spec, swept, derived, family, permuted, cfg, teacher,
     frontier = uniform_frontier(relaxes, derived.profile, derived.device, derived.limits)
     net = family.supernet(permuted, cfg, sp, variant)
     _, select_kl = _measures(net, teacher, train_rows, settings)
-    log(f"[search] strategy uniform: Minitron-style grid, {len(frontier)} frontier candidates meet the contract; "
-        "measured choice by KL to the parent")
-    arch, kl, entry = measured_uniform(frontier, select_kl, net.indices_of, RefineConfig().max_evals,
-                                       settings.search_batch * settings.search_seq, log)
+    progress.log(f"[search] strategy uniform: Minitron-style grid, {len(frontier)} frontier candidates meet the "
+                 "contract; measured choice by KL to the parent")
+    max_evals = RefineConfig().max_evals
+    with progress.task("baseline: measure candidates", total=min(len(frontier), budget_of(max_evals)),
+                       unit="candidate") as bar:
+        arch, kl, entry = measured_uniform(frontier, select_kl, net.indices_of, max_evals,
+                                           settings.search_batch * settings.search_seq, progress.log, bar.advance)
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
     out["how"] = (f"uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model; measured choice "
                   f"among {entry['forwards']} frontier candidates: KL {kl:.3f}")

@@ -4,7 +4,7 @@ listed; candidates the supernet cannot express are skipped."""
 
 import pytest
 
-from autocompress.compress.baseline import SELECT_ROWS, measured_uniform
+from autocompress.compress.baseline import SELECT_ROWS, budget_of, measured_uniform
 from autocompress.ir import MLP, Architecture, Attention, Block
 
 
@@ -34,7 +34,10 @@ def test_the_budget_caps_the_measured_candidates_and_unexpressible_ones_are_skip
         if i == 0:
             raise ValueError("other global sizes")
         return i
-    arch, kl, entry = measured_uniform(FRONTIER, lambda i: KL[i], to_state, max_evals=2 * SELECT_ROWS, search_tokens=1)
+    ticks = []
+    arch, kl, entry = measured_uniform(FRONTIER, lambda i: KL[i], to_state, max_evals=2 * SELECT_ROWS, search_tokens=1,
+                                       tick=lambda: ticks.append(1))
     assert entry["forwards"] == 2 and entry["skipped"] == 1 and kl == 1.5
+    assert len(ticks) == 2 == budget_of(2 * SELECT_ROWS)  # the progress bar moves once per measured candidate
     with pytest.raises(ValueError):
         measured_uniform(FRONTIER[:1], lambda i: 0.0, to_state, 900, 1)
