@@ -174,7 +174,12 @@ def main() -> int:
     else:
         data = {**measure(args, spec), "predicted": {}}
         out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")  # kept if predicting fails
-    profile = args.profile or machine_profile_path("vllm")
+    if args.profile:
+        profile = args.profile
+    else:  # this machine's, calibrated on the spec's parent
+        from autocompress.parents.resolve import resolve_parent
+
+        profile = machine_profile_path("vllm", parent=resolve_parent(spec.parent, str(SPEC.parent)).architecture)
     import autocompress
 
     pkg = Path(autocompress.__file__).resolve().parent  # the cost model that predicts (PYTHONPATH may name another)

@@ -165,8 +165,8 @@ def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate:
         return
 
     def on_main() -> bool:  # calibration and engine runs: one process, the others wait for its answer
-        preflight.calibrate_if_needed(spec, base, no_calibrate, progress)
         parent = resolve_parent(spec.parent, base)
+        preflight.calibrate_if_needed(spec, base, no_calibrate, progress, parent.architecture)
         if not parent.has_weights:
             return False  # prepare() says why a bare config cannot be built
         folder = _parent_folder(spec, parent, progress)

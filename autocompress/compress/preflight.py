@@ -3,7 +3,7 @@
 ``hardware cpu`` means the machine the build runs on. A profile fitted elsewhere can be 3x off
 here (issue 12: a parent predicted at 110 ms TPOT measured 37 ms, and was pruned for nothing), so:
 
-1. without a profile for this machine (``cost.machine``), calibrate first: ``acc profile --quick``
+1. without a profile for this machine and this parent (``cost.machine``), calibrate first: ``acc profile --quick``
    on the spec's parent (a few minutes; ``--no-calibrate`` skips it, and the report then says its
    numbers come from another machine);
 2. measure the parent with the contract's workloads in the engine; if it already meets every
@@ -47,8 +47,9 @@ def applies(spec) -> bool:
             and engine_available(spec.target.engine)[0])
 
 
-def calibrate_if_needed(spec, base: str, no_calibrate: bool, log) -> None:
-    """``log``: a log function or a ``Progress`` (the calibration's engine runs then show as tasks)."""
+def calibrate_if_needed(spec, base: str, no_calibrate: bool, log, parent_arch=None) -> None:
+    """``log``: a log function or a ``Progress`` (the calibration's engine runs then show as tasks).
+    ``parent_arch``: the spec's parent; a profile belongs to a machine and the parent it was calibrated on."""
     from autocompress.cost.machine import machine_profile_path, this_machine
     from autocompress.progress import as_progress
 
@@ -56,18 +57,18 @@ def calibrate_if_needed(spec, base: str, no_calibrate: bool, log) -> None:
     log = progress.log
 
     engine = spec.target.engine
-    if machine_profile_path(engine).is_file():
+    if machine_profile_path(engine, parent=parent_arch).is_file():
         return
     m = this_machine(engine)
+    model = spec.parent.value if spec.parent.kind == "alias" else os.path.join(base, spec.parent.value)
+    what = f"no profile for this machine ({m.describe()}, fingerprint {m.fingerprint}) and this parent ({model})"
     if no_calibrate:
-        log(f"[calibrate] skipped (--no-calibrate): no profile for this machine ({m.describe()}); predictions use "
-            "another machine's")
+        log(f"[calibrate] skipped (--no-calibrate): {what}; predictions use another machine's or another parent's")
         return
     from autocompress.measure.profile import run_profile
 
-    model = spec.parent.value if spec.parent.kind == "alias" else os.path.join(base, spec.parent.value)
-    log(f"[calibrate] no profile for this machine ({m.describe()}, fingerprint {m.fingerprint}): "
-        "`acc profile --hardware cpu --quick` first (a few minutes; --no-calibrate skips it)")
+    log(f"[calibrate] {what}: `acc profile --hardware cpu --model {spec.parent.value} --quick` first (a few minutes; "
+        "--no-calibrate skips it)")
     run_profile("cpu", engine, None, model=model, quick=True, progress=progress)
 
 

@@ -92,9 +92,36 @@ def this_machine(engine: str) -> Machine:
     return Machine(_cpu_model(), os.cpu_count() or 1, _memory_gib(), tuple(sorted(versions)))
 
 
-def machine_profile_path(engine: str, root: str | os.PathLike | None = None) -> Path:
-    """Where this machine's CPU profile for ``engine`` lives (``acc profile`` writes it)."""
+def parent_tag(arch) -> str:
+    """A short name for the parent a profile was calibrated on: its family and a hash of its shape.
+
+    A profile's efficiencies are fitted on variants of one parent, and they do not carry to a parent
+    of another shape: the SmolLM2-fitted profile predicted Gemma 3 270M's decode at 282 ms where it
+    measured 62.6 ms (a 262,144-token LM head against 49,152; docs/decisions.md, issue 16)."""
+    from autocompress.ir import arch_to_dict
+
+    blob = json.dumps([arch.family, arch.vocab_size, arch.num_heads, arch.head_dim, arch.tie_embeddings,
+                       arch_to_dict(arch)["layers"], arch.hidden_size], sort_keys=True).encode()
+    return f"{arch.family}-{hashlib.sha256(blob).hexdigest()[:8]}"
+
+
+def machine_profile_path(engine: str, root: str | os.PathLike | None = None, parent=None) -> Path:
+    """Where this machine's CPU profile for ``engine`` lives (``acc profile`` writes it), for the
+    parent ``parent`` (an ``Architecture``) it is calibrated on; ``None``: a profile of no named
+    parent (written before profiles were keyed by parent)."""
     from autocompress.cache import cache_root
 
     base = Path(root) if root else cache_root() / "profiles"
-    return base / f"cpu-{engine}-{this_machine(engine).fingerprint}.json"
+    tail = f"-{parent_tag(parent)}" if parent is not None else ""
+    return base / f"cpu-{engine}-{this_machine(engine).fingerprint}{tail}.json"
+
+
+def machine_profiles(engine: str, root: str | os.PathLike | None = None) -> list[Path]:
+    """Every profile of this machine for ``engine``, whatever parent it was calibrated on, newest first."""
+    base = machine_profile_path(engine, root).parent
+    stem = f"cpu-{engine}-{this_machine(engine).fingerprint}"
+    try:
+        found = [p for p in base.iterdir() if p.suffix == ".json" and (p.stem == stem or p.stem.startswith(stem + "-"))]
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)

@@ -145,16 +145,20 @@ def _read(resolved: str, mtime_ns: int, shown: str) -> Profile:
     return Profile.from_dict(data, shown)
 
 
-def builtin_profile_path(device_kind: str, engine: str, device_name: str | None = None) -> Path:
+def builtin_profile_path(device_kind: str, engine: str, device_name: str | None = None, parent=None) -> Path:
     """The profile used when a spec names none: for the host CPU, this machine's own (``acc
-    profile`` wrote it, ``cost.machine``) when it exists; else one measured by ``acc profile`` for
-    this device (or device kind) that the package ships; else the labelled default."""
+    profile`` wrote it, ``cost.machine``), calibrated on ``parent`` (an ``Architecture``) when
+    that one exists, else on another parent (``origin`` says so); else one measured by ``acc
+    profile`` for this device (or device kind) that the package ships; else the labelled default."""
     if device_kind == "cpu":
-        from autocompress.cost.machine import machine_profile_path
+        from autocompress.cost.machine import machine_profile_path, machine_profiles
 
-        own = machine_profile_path(engine)
-        if own.is_file():
+        own = machine_profile_path(engine, parent=parent) if parent is not None else None
+        if own is not None and own.is_file():
             return own
+        others = machine_profiles(engine)
+        if others:
+            return others[0]
     for stem in ([device_name] if device_name else []) + [device_kind]:
         measured = PROFILE_DIR / f"{stem}-{engine}-measured.json"
         if measured.is_file():
@@ -162,14 +166,15 @@ def builtin_profile_path(device_kind: str, engine: str, device_name: str | None 
     return PROFILE_DIR / f"{device_kind}-{engine}-default.json"
 
 
-def load_profile(path: str | Path | None, device, engine: str) -> Profile:
-    """Load and validate a profile; ``None`` picks the built-in default for the device kind and engine.
+def load_profile(path: str | Path | None, device, engine: str, parent=None) -> Profile:
+    """Load and validate a profile; ``None`` picks the built-in default for the device kind and engine
+    (for the host CPU: this machine's, calibrated on ``parent`` when there is one).
 
     A profile made for another engine, or for another named device, is rejected: its constants
     would silently mis-predict. Generic profiles (hardware ``gpu``/``cpu``) apply to any device of
     that kind.
     """
-    p = Path(path) if path is not None else builtin_profile_path(device.kind, engine, device.name)
+    p = Path(path) if path is not None else builtin_profile_path(device.kind, engine, device.name, parent)
     try:
         prof = _read(str(p.resolve()), p.stat().st_mtime_ns, str(p))
     except FileNotFoundError:
@@ -182,10 +187,11 @@ def load_profile(path: str | Path | None, device, engine: str) -> Profile:
     return prof
 
 
-def origin(profile: Profile, device) -> tuple[str, str]:
+def origin(profile: Profile, device, parent=None) -> tuple[str, str]:
     """(kind, sentence) of where a profile's numbers come from, for the reports:
-    ``this machine`` / ``another machine`` (CPU), ``catalog device`` (a GPU profile transfers to
-    any unit of that part), ``default`` (never measured)."""
+    ``this machine`` / ``another parent`` / ``another machine`` (CPU), ``catalog device`` (a GPU
+    profile transfers to any unit of that part), ``default`` (never measured). ``parent`` (an
+    ``Architecture``): a host-CPU profile calibrated on another parent is said to be."""
     if profile.source != "measured":
         return "default", "a built-in default, never measured: predictions carry no measured error"
     if device.kind != "cpu":
@@ -196,7 +202,18 @@ def origin(profile: Profile, device) -> tuple[str, str]:
     here = this_machine(profile.engine)
     m = profile.machine or {}
     if m.get("fingerprint") == here.fingerprint:
-        return "this machine", f"measured on this machine ({m.get('cpu')}, {m.get('cores')} cores, {profile.created})"
+        said = f"measured on this machine ({m.get('cpu')}, {m.get('cores')} cores, {profile.created})"
+        ref = profile.reference or {}
+        if parent is not None:
+            from autocompress.cost.machine import parent_tag
+
+            if ref.get("parent_tag") != parent_tag(parent):
+                on = ref.get("model", "a parent it does not record").removesuffix(" (parent)")
+                return "another parent", (f"{said}, but calibrated on {on}, not on this parent: its efficiencies may "
+                                          f"not carry to this shape; `acc build` calibrates on this parent first, "
+                                          f"`acc profile --hardware cpu --engine {profile.engine} --model <parent> "
+                                          "--quick` does it alone")
+        return "this machine", said
     where = f"{m.get('cpu')}, {m.get('cores')} cores" if m else "a machine it does not record"
     return "another machine", (f"measured on another machine ({where}), not on this one: its numbers may be far off "
                                f"here; `acc profile --hardware cpu --engine {profile.engine} --quick` calibrates this "

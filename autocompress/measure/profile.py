@@ -43,7 +43,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     from autocompress.cache import atomic_write_text, cache_root
     from autocompress.progress import as_progress
     from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.machine import machine_profile_path, this_machine
+    from autocompress.cost.machine import machine_profile_path, parent_tag, this_machine
     from autocompress.cost.profile import PROFILE_DIR, Profile, load_profile
     from autocompress.lang.model import ParentRef, Target
     from autocompress.measure.calibration import calibration_sets, measure_sets, normalized_rows, workloads
@@ -66,11 +66,12 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     precision = precision or ("fp32" if device.kind == "cpu" else "bf16")
     if device.kind == "cpu":
         threads = threads or os.cpu_count()  # explicit, so measurements are keyed by the thread count used
-    if out is None:
-        out = machine_profile_path(engine) if device.kind == "cpu" else Path(f"{hardware}-{engine}-measured.json")
     target = Target(hardware, engine, precision, precision)
     kind = "gguf" if model.endswith(".gguf") else ("alias" if "/" not in model and not os.path.isdir(model) else "hf_dir")
     parent = resolve_parent(ParentRef(kind, model), os.getcwd())
+    if out is None:  # the host CPU: this machine's profile for this parent (cost.machine)
+        out = (machine_profile_path(engine, parent=parent.architecture) if device.kind == "cpu"
+               else Path(f"{hardware}-{engine}-measured.json"))
     tok = _tokenizer_dir(kind, model, parent, progress)
     from autocompress.families.registry import engine_gap
 
@@ -101,7 +102,8 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     doc["hardware"] = hardware
     if device.kind == "cpu":
         doc["machine"] = this_machine(engine).as_dict()
-    doc["reference"] = {"model": f"{model} (parent)", "peak_rss_bytes": inter.peak_rss[cal[0].name],
+    doc["reference"] = {"model": f"{model} (parent)", "parent_tag": parent_tag(parent.architecture),
+                        "peak_rss_bytes": inter.peak_rss[cal[0].name],
                         "workloads": inter.absolute[cal[0].name]}
     # the raw interleaved runs (every model's medians per run, ratios, spreads, busy flags): a later
     # fit can be checked or redone from the file without another hour of engine time

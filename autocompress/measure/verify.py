@@ -188,7 +188,6 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
     build_report = out / "autocompress-report.json"
     quality = json.loads(build_report.read_text()).get("quality") if build_report.is_file() else None
     prof = derived.profile
-    from autocompress.cost.profile import origin
 
     versions = {}
     if inter is not None:
@@ -199,7 +198,7 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
         "model": os.path.relpath(out.resolve(), Path(spec_path).resolve().parent),
         "status": "measured" if inter else "predicted", "environment": env_note, "hardware": derived.device.name,
         "engine": spec.target.engine, "host": f"{platform.machine()}, {os.cpu_count()} cores", "versions": versions,
-        "profile": {"name": prof.name, "source": prof.source, "origin": origin(prof, derived.device)[1],
+        "profile": {"name": prof.name, "source": prof.source, "origin": derived.origin[1],
                     "known_error": {k: {"median": v.median, "p95": v.p95} for k, v in (prof.known_error or ())}},
         "bounds": rows, "quality": quality,
         "measurements": None if inter is None else {

@@ -23,6 +23,7 @@ class Derived:
     limits: SchedulerLimits
     space: SearchSpace
     rows: tuple[tuple[str, str, str], ...]  # (setting, value, why)
+    origin: tuple[str, str] = ("default", "")  # cost.profile.origin for this parent: where the numbers come from
 
 
 def engine_limits(spec, device) -> SchedulerLimits:
@@ -46,13 +47,14 @@ def derive(spec, parent: Architecture, base_dir: str = ".") -> Derived:
         import os
 
         profile_path = t.profile if os.path.isabs(t.profile) else os.path.join(base_dir, t.profile)
-    profile = load_profile(profile_path, device, t.engine)
+    profile = load_profile(profile_path, device, t.engine, parent)
+    where = origin(profile, device, parent)
     limits = engine_limits(spec, device)
     axes = spec.search.axes if spec.search and spec.search.axes else None
     space = derive_space(parent, t.engine, device.kind, axes)
     rows = [
         ("device", device.name, device.source),
-        ("cost-model profile", profile.name, origin(profile, device)[1]),
+        ("cost-model profile", profile.name, where[1]),
     ]
     if t.engine == "vllm":
         rows.append(("max_num_seqs", str(limits.max_num_seqs), "the contract's largest concurrency (vLLM's default "
@@ -62,4 +64,4 @@ def derive(spec, parent: Architecture, base_dir: str = ".") -> Derived:
         if ENGINES[t.engine].cuda_graphs and device.kind == "gpu":
             rows.append(("CUDA graphs", "on", "vLLM V1 default (FULL_AND_PIECEWISE)"))
     rows += list(space.derivation)
-    return Derived(device, profile, limits, space, tuple(rows))
+    return Derived(device, profile, limits, space, tuple(rows), where)

@@ -65,11 +65,9 @@ def build_report(spec, path: str, source: str, parent, derived, feas, importance
     ``variants``: the global sizes swept (``feasibility.variants``), when the parent has any."""
     import hashlib
 
-    from autocompress.cost.profile import origin
-
     t = spec.target
     prof = derived.profile
-    where = origin(prof, derived.device)
+    where = derived.origin
     known = None
     if prof.known_error:
         known = {k: {"median": _r(v.median), "p95": _r(v.p95)} for k, v in prof.known_error}

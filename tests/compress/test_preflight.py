@@ -9,6 +9,23 @@ import pytest
 from autocompress.compress import pipeline, preflight
 from autocompress.compress.prepare import BuildError
 from autocompress.cost import machine
+from autocompress.ir import MLP, Architecture, Attention, Block
+
+# two parents of different shapes (vocabularies): a profile fitted on one does not speak for the other
+SMALL = Architecture("llama", 1000, 64, 4, 16, True, (Block(Attention(4, 2, 16), MLP(128)),) * 2)
+WIDE_VOCAB = Architecture("llama", 262144, 64, 4, 16, True, (Block(Attention(4, 2, 16), MLP(128)),) * 2)
+
+
+def _write_own(doc: dict, parent: Architecture | None) -> "machine.Path":
+    """Write ``doc`` as this machine's profile calibrated on ``parent``, as `acc profile` would."""
+    doc = {**doc, "machine": machine.this_machine("vllm").as_dict()}
+    if parent is not None:
+        doc["reference"] = {**doc.get("reference", {"workloads": {}}), "model": "tiny (parent)",
+                            "parent_tag": machine.parent_tag(parent)}
+    own = machine.machine_profile_path("vllm", parent=parent)
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_text(json.dumps(doc))
+    return own
 
 SPEC = """\
 model "smollm2-135m"
@@ -35,6 +52,11 @@ def test_the_fingerprint_names_what_decides_a_profile():
     other = machine.Machine(m.cpu, m.cores + 1, m.memory_gib, m.versions)
     assert other.fingerprint != m.fingerprint  # another core count: another machine
     assert machine.machine_profile_path("vllm").name == f"cpu-vllm-{m.fingerprint}.json"
+    # a profile also belongs to the parent it was calibrated on: another vocabulary, another file
+    tag = machine.parent_tag(SMALL)
+    assert machine.machine_profile_path("vllm", parent=SMALL).name == f"cpu-vllm-{m.fingerprint}-{tag}.json"
+    assert tag.startswith("llama-") and tag != machine.parent_tag(WIDE_VOCAB)
+    assert tag == machine.parent_tag(Architecture("llama", 1000, 64, 4, 16, True, SMALL.blocks, name="renamed"))
 
 
 def test_a_profile_of_this_machine_is_used_and_said_to_be(tmp_path, monkeypatch):
@@ -47,12 +69,16 @@ def test_a_profile_of_this_machine_is_used_and_said_to_be(tmp_path, monkeypatch)
     assert builtin_profile_path("cpu", "vllm", "cpu") == PROFILE_DIR / "cpu-vllm-measured.json"
     assert origin(shipped, cpu)[0] == "another machine" and "acc profile --hardware cpu" in origin(shipped, cpu)[1]
     doc = json.loads((PROFILE_DIR / "cpu-vllm-measured.json").read_text())
-    doc["machine"] = machine.this_machine("vllm").as_dict()
-    own = machine.machine_profile_path("vllm")
-    own.parent.mkdir(parents=True)
-    own.write_text(json.dumps(doc))
-    mine = load_profile(None, cpu, "vllm")
-    assert mine.path == str(own) and origin(mine, cpu)[0] == "this machine"
+    own = _write_own(doc, SMALL)
+    mine = load_profile(None, cpu, "vllm", SMALL)
+    assert mine.path == str(own) and origin(mine, cpu, SMALL)[0] == "this machine"
+    # another parent on this machine: its profile is used (this machine's speeds) and said to be another parent's
+    theirs = load_profile(None, cpu, "vllm", WIDE_VOCAB)
+    assert theirs.path == str(own) and origin(theirs, cpu, WIDE_VOCAB)[0] == "another parent"
+    assert "calibrated on tiny, not on this parent" in origin(theirs, cpu, WIDE_VOCAB)[1]
+    wide = _write_own(doc, WIDE_VOCAB)  # once calibrated on it, each parent gets its own
+    assert load_profile(None, cpu, "vllm", WIDE_VOCAB).path == str(wide)
+    assert load_profile(None, cpu, "vllm", SMALL).path == str(own)
     gpu = resolve_device("h100-sxm")
     assert origin(load_profile(None, gpu, "vllm"), gpu)[0] == "default"
 
@@ -93,17 +119,22 @@ def test_calibration_runs_once_per_machine(tmp_path, monkeypatch):
     calls, logs = [], []
     import autocompress.measure.profile as profile
 
+    arch = {"smollm2-135m": SMALL}
+
     def fake(hardware, engine, out, model, quick, progress):
         calls.append((hardware, engine, out, model, quick))
-        machine.machine_profile_path(engine).parent.mkdir(parents=True, exist_ok=True)
-        machine.machine_profile_path(engine).write_text("{}")
+        _write_own({}, arch[model])
     monkeypatch.setattr(profile, "run_profile", fake)
-    preflight.calibrate_if_needed(spec, str(tmp_path), False, logs.append)
-    preflight.calibrate_if_needed(spec, str(tmp_path), False, logs.append)
+    preflight.calibrate_if_needed(spec, str(tmp_path), False, logs.append, SMALL)
+    preflight.calibrate_if_needed(spec, str(tmp_path), False, logs.append, SMALL)
     assert calls == [("cpu", "vllm", None, "smollm2-135m", True)] and "no profile for this machine" in logs[0]
-    machine.machine_profile_path("vllm").unlink()
-    preflight.calibrate_if_needed(spec, str(tmp_path), True, logs.append)
-    assert len(calls) == 1 and "skipped (--no-calibrate)" in logs[-1]
+    assert "and this parent (smollm2-135m)" in logs[0]
+    arch["smollm2-135m"] = WIDE_VOCAB  # a parent of another shape: calibrated again, on itself
+    preflight.calibrate_if_needed(spec, str(tmp_path), False, logs.append, WIDE_VOCAB)
+    assert len(calls) == 2 and machine.machine_profile_path("vllm", parent=WIDE_VOCAB).is_file()
+    machine.machine_profile_path("vllm", parent=SMALL).unlink()
+    preflight.calibrate_if_needed(spec, str(tmp_path), True, logs.append, SMALL)
+    assert len(calls) == 2 and "skipped (--no-calibrate)" in logs[-1]
 
 
 def test_a_new_machine_profile_changes_the_checks_answer(tmp_path, monkeypatch):
@@ -120,11 +151,11 @@ def test_a_new_machine_profile_changes_the_checks_answer(tmp_path, monkeypatch):
     first = run_check(str(spec))
     assert run_check(str(spec)).cached and first.report["cost_model"]["origin"] == "another machine"
     doc = json.loads((PROFILE_DIR / "cpu-vllm-measured.json").read_text())
-    doc["machine"] = machine.this_machine("vllm").as_dict()
     doc["kernel"]["step_overhead_s"] *= 0.5  # a faster machine
-    own = machine.machine_profile_path("vllm")
-    own.parent.mkdir(parents=True)
-    own.write_text(json.dumps(doc))
+    from autocompress.lang.api import load_spec
+    from autocompress.parents.resolve import resolve_parent
+
+    _write_own(doc, resolve_parent(load_spec(str(spec)).parent, str(tmp_path)).architecture)
     again = run_check(str(spec))
     assert not again.cached and again.report["cost_model"]["origin"] == "this machine"
     assert again.report["parent_costs"]["checks"] != first.report["parent_costs"]["checks"]
