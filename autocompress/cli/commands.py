@@ -1,6 +1,7 @@
 """``acc verify``, ``acc profile`` and ``acc diff``: the commands that measure or compare, apart
 from ``main.py`` (argument parsing, check, build, the exit-code guard) so each stays readable.
-They render progress with rich through ``terminal.build_progress`` and write reports to stdout."""
+They render progress with rich through ``terminal.build_progress`` and write reports to stdout,
+or to ``--out`` through ``emit`` (``acc check`` too)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,17 @@ import os
 import sys
 
 from autocompress.diagnostics import EXIT_INVALID, EXIT_OK
+
+
+def emit(text: str, out: str | None, note: str = "") -> None:
+    """A report to ``out`` (atomically, and said on stderr: stdout stays empty), or to stdout."""
+    if out:
+        from autocompress.cache import atomic_write_text
+
+        atomic_write_text(out, text)
+        sys.stderr.write(f"wrote {out}{note}\n")
+    else:
+        sys.stdout.write(text)
 
 
 def verify(out: str, spec: str, threads, requests, console, passes: int = 1, quiet: bool = False) -> int:
@@ -62,11 +74,5 @@ def diff(args) -> int:
         for line in s["errors"]:
             sys.stderr.write(line + "\n")
     text = render_diff_markdown(res.diff) if args.format == "md" else render_diff_json(res.diff)
-    if args.out:
-        from autocompress.cache import atomic_write_text
-
-        atomic_write_text(args.out, text)
-        sys.stderr.write(f"wrote {args.out}\n")
-    else:
-        sys.stdout.write(text)
+    emit(text, args.out)
     return res.exit_code

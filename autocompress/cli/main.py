@@ -52,6 +52,7 @@ def _cmd_check(args) -> int:
         print_feasibility(_console(), result.report)
     else:
         fmt = "md" if args.format == "text" else args.format
+        from autocompress.cli.commands import emit
         from autocompress.report.feasibility import render_json, render_markdown
 
         plots = None
@@ -64,13 +65,7 @@ def _cmd_check(args) -> int:
             out = Path(args.out)
             plots = write_plots(out.parent, check_plots(result.report), prefix=f"{out.stem}-")
         text = render_markdown(result.report, plots) if fmt == "md" else render_json(result.report)
-        if args.out:
-            from autocompress.cache import atomic_write_text
-
-            atomic_write_text(args.out, text)
-            sys.stderr.write(f"wrote {args.out} ({result.report['verdict']})\n")
-        else:
-            sys.stdout.write(text)
+        emit(text, args.out, f" ({result.report['verdict']})")
     return result.exit_code
 
 

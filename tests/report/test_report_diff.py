@@ -152,3 +152,4 @@ def test_cli_diff_exit_codes_and_formats(repo, tmp_path):
     bad = subprocess.run(acc + ["diff", "--base", "HEAD", str(spec), "--out", str(tmp_path / "d.md")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "error" in bad.stderr and "INVALID" in (tmp_path / "d.md").read_text()
+    assert f"wrote {tmp_path / 'd.md'}\n" in bad.stderr and bad.stdout == ""
