@@ -13,19 +13,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from _buildkit import make_project, weights_hash  # noqa: E402
+from _stockkit import NO_AUTOCOMPRESS, STOCK  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-_STOCK = textwrap.dedent(
+_STOCK = STOCK + textwrap.dedent(
     """
-    import json, sys
-    class _NoAutocompress:
-        def find_spec(self, name, path=None, target=None):
-            if name == "autocompress" or name.startswith("autocompress."):
-                raise ImportError("autocompress must not be imported here: " + name)
-    sys.meta_path.insert(0, _NoAutocompress())
-    import torch
-    from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.float32).eval()
     ids = torch.tensor(json.loads(sys.argv[2]))
     with torch.no_grad():
@@ -215,14 +208,8 @@ def test_the_chosen_architecture_is_the_measured_best_candidate(built):
     assert "### Candidates" in (result.output / "autocompress-report.md").read_text()
 
 
-_TOKENIZER = textwrap.dedent(
+_TOKENIZER = NO_AUTOCOMPRESS + textwrap.dedent(
     """
-    import json, sys
-    class _NoAutocompress:
-        def find_spec(self, name, path=None, target=None):
-            if name == "autocompress" or name.startswith("autocompress."):
-                raise ImportError("autocompress must not be imported here: " + name)
-    sys.meta_path.insert(0, _NoAutocompress())
     from transformers import AutoTokenizer
     out, parent, text = sys.argv[1], sys.argv[2], sys.argv[3]
     tok = AutoTokenizer.from_pretrained(out, trust_remote_code=False)

