@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from _feaskit import MiB, batch, ms, serve, setup, spec_for, tiny_arch
 
+from autocompress.cost.latency import predict_workload
 from autocompress.feasibility import rounding
 from autocompress.feasibility._numeric import relaxed_values
 from autocompress.feasibility.exact import evaluate
@@ -43,6 +46,28 @@ def _relax_vs_exact(s, seed: int, n: int = 4):
             got = relaxed_values(relax, x)
             ev = evaluate(arch, s.spec, s.profile, s.device, s.limits)
             yield arch, got, ev
+
+
+def _exact_latency_checks(s, seed: int, n: int = 3) -> int:
+    """Every bound but memory equals the exact model at ``n`` random integer points per hidden
+    size; how many were compared (so a test can say none was skipped)."""
+    compared = 0
+    for arch, got, ev in _relax_vs_exact(s, seed=seed, n=n):
+        for c in ev.checks:
+            if c.metric != "memory":
+                assert got[c.name] == pytest.approx(c.ratio, rel=1e-6), (c.name, arch)
+                compared += 1
+    return compared
+
+
+def _with_kernel(s, **fields):
+    """The set-up ``s`` with some of its profile's kernel coefficients replaced."""
+    return replace(s, profile=replace(s.profile, kernel=replace(s.profile.kernel, **fields)))
+
+
+def _predict(s):
+    """The exact model's prediction of the set-up's first workload."""
+    return predict_workload(s.arch, s.spec.target, s.spec.workloads[0], s.profile, s.device, s.limits)
 
 
 SERVE = spec_for(serve("chat", 2, inp=1024, out=128, prefix=0.5, ttft=20 * ms, tpot=2 * ms, e2e=0.5,
@@ -172,66 +197,29 @@ def test_scorer_matches_score():
 def test_relaxation_is_exact_with_a_serial_fraction():
     """A profile whose ops do not overlap compute and memory (``serial_fraction``, fitted on CPUs):
     the LP's epigraph rows carry it, so integer points still equal the exact model."""
-    from dataclasses import replace
-
-    s = setup(SERVE, tiny_arch(5))
-    s = replace(s, profile=replace(s.profile, kernel=replace(s.profile.kernel, serial_fraction=0.5)))
-    n = 0
-    for arch, got, ev in _relax_vs_exact(s, seed=3, n=3):
-        for c in ev.checks:
-            if c.metric != "memory":
-                assert got[c.name] == pytest.approx(c.ratio, rel=1e-6), (c.name, arch)
-                n += 1
-    assert n >= 4 * 3 * 3
+    s = _with_kernel(setup(SERVE, tiny_arch(5)), serial_fraction=0.5)
+    assert _exact_latency_checks(s, seed=3) >= 4 * 3 * 3
 
 
 def test_relaxation_is_exact_with_a_sub_block_overhead():
     """A per-sub-block cost (``sub_block_overhead_s``) sits on the keep variables: integer points
     still equal the exact model, and removing a sub-block saves exactly that much per step."""
-    from dataclasses import replace
-
-    s = setup(SERVE, tiny_arch(5))
-    s = replace(s, profile=replace(s.profile, kernel=replace(s.profile.kernel, sub_block_overhead_s=4e-4)))
-    n = 0
-    for arch, got, ev in _relax_vs_exact(s, seed=4, n=3):
-        for c in ev.checks:
-            if c.metric != "memory":
-                assert got[c.name] == pytest.approx(c.ratio, rel=1e-6), (c.name, arch)
-                n += 1
-    assert n >= 4 * 3 * 3
-    from autocompress.cost.latency import predict_workload
-
+    s = _with_kernel(setup(SERVE, tiny_arch(5)), sub_block_overhead_s=4e-4)
+    assert _exact_latency_checks(s, seed=4) >= 4 * 3 * 3
     cpu = setup(spec_for(serve("ask", 1, inp=128, out=32, tpot=0.1), hardware="cpu", precision="fp32"), tiny_arch(5))
-    with_oh = replace(cpu.profile, kernel=replace(cpu.profile.kernel, sub_block_overhead_s=4e-4))
-    full = predict_workload(cpu.arch, cpu.spec.target, cpu.spec.workloads[0], with_oh, cpu.device, cpu.limits)
-    plain = predict_workload(cpu.arch, cpu.spec.target, cpu.spec.workloads[0], cpu.profile, cpu.device, cpu.limits)
+    full, plain = _predict(_with_kernel(cpu, sub_block_overhead_s=4e-4)), _predict(cpu)
     assert full.tpot_s - plain.tpot_s == pytest.approx(4e-4 * 2 * cpu.arch.num_layers, rel=1e-6)  # eager decode
-    gpu_oh = replace(s.profile, kernel=replace(s.profile.kernel, sub_block_overhead_s=0.0))
-    graphed = predict_workload(s.arch, s.spec.target, s.spec.workloads[0], s.profile, s.device, s.limits)
-    assert graphed.tpot_s == predict_workload(s.arch, s.spec.target, s.spec.workloads[0], gpu_oh, s.device,
-                                              s.limits).tpot_s  # a full CUDA graph has no per-module cost
+    gpu_oh = _with_kernel(s, sub_block_overhead_s=0.0)
+    assert _predict(s).tpot_s == _predict(gpu_oh).tpot_s  # a full CUDA graph has no per-module cost
 
 
 def test_relaxation_is_exact_with_a_shared_prefix():
     """Four chats in lockstep over a 90% cached prefix whose re-reads cost a fifth of a memory byte
     (``shared_kv_reread``): the LP rows (op tables of charged bytes, the schedule's passes) equal
     the exact model at integer points, and cheaper re-reads lower the parent's TPOT."""
-    from dataclasses import replace
-
-    from autocompress.cost.latency import predict_workload
-
     spec = spec_for(serve("chat", 4, inp=1024, out=64, prefix=0.9, ttft=20 * ms, tpot=2 * ms, e2e=0.5),
                     hardware="rtx-5080", memory=1024 * MiB)
-    s = setup(spec, tiny_arch(5))
-    s = replace(s, profile=replace(s.profile, kernel=replace(s.profile.kernel, shared_kv_reread=0.2)))
-    n = 0
-    for arch, got, ev in _relax_vs_exact(s, seed=5, n=3):
-        for c in ev.checks:
-            if c.metric != "memory":
-                assert got[c.name] == pytest.approx(c.ratio, rel=1e-6), (c.name, arch)
-                n += 1
-    assert n >= 3 * 3 * 3  # 3 latency bounds x 3 architectures x the hidden sizes
     full = setup(spec, tiny_arch(5))
-    w = spec.workloads[0]
-    assert (predict_workload(s.arch, spec.target, w, s.profile, s.device, s.limits).tpot_s
-            < predict_workload(full.arch, spec.target, w, full.profile, full.device, full.limits).tpot_s)
+    s = _with_kernel(full, shared_kv_reread=0.2)
+    assert _exact_latency_checks(s, seed=5) >= 3 * 3 * 3  # 3 latency bounds x 3 architectures x the hidden sizes
+    assert _predict(s).tpot_s < _predict(full).tpot_s
