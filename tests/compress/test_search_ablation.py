@@ -15,11 +15,22 @@ from _buildkit import make_project  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("search_ablation", ROOT / "bench" / "search_ablation.py")
+def _bench(name: str = "search_ablation"):
+    """``bench/<name>.py`` as a module (bench/ is no package; a script that imports its siblings
+    puts bench/ on ``sys.path`` itself)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A project folder holding the tiny parent and its spec (``_buildkit.make_project``)."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    make_project(proj)
+    return proj
 
 
 def test_arm_spec_keeps_the_contract_and_sets_one_budget():
@@ -33,14 +44,11 @@ def test_arm_spec_keeps_the_contract_and_sets_one_budget():
     parse_spec(out, "x.acspec")  # a valid spec
 
 
-def test_four_arms_on_a_tiny_parent(tmp_path):
+def test_four_arms_on_a_tiny_parent(tmp_path, project):
     bench = _bench()
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    make_project(proj)
     work, results = tmp_path / "work", tmp_path / "results"
     rc = bench.main(["--contracts", "spec", "--steps", "2", "--seq", "32", "--search-tokens", "256",
-                     "--examples", str(proj), "--work", str(work), "--results", str(results)])
+                     "--examples", str(project), "--work", str(work), "--results", str(results)])
     assert rc == 0
     data = json.loads((results / "search_ablation.json").read_text())
     rows = {r["arm"]: r for r in data["rows"]}
@@ -55,18 +63,8 @@ def test_four_arms_on_a_tiny_parent(tmp_path):
     assert md.count("| spec | 0 |") == 4
 
 
-def _rank():
-    import sys
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("kl_rank_correlation", ROOT / "bench" / "kl_rank_correlation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_spearman_against_hand_ranks():
-    rank = _rank()
+    rank = _bench("kl_rank_correlation")
     assert rank.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert rank.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert rank.spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
@@ -74,13 +72,10 @@ def test_spearman_against_hand_ranks():
     assert rank.spearman([1, 2], [1, 2]) is None and rank.spearman([1, 2, 3], [7, 7, 7]) is None
 
 
-def test_rank_correlation_plumbing_on_a_tiny_parent(tmp_path):
-    rank = _rank()
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    make_project(proj)
+def test_rank_correlation_plumbing_on_a_tiny_parent(tmp_path, project):
+    rank = _bench("kl_rank_correlation")
     results = tmp_path / "results"
-    assert rank.main(["--contract", "spec", "--examples", str(proj), "--candidates", "3", "--steps", "2", "--seq",
+    assert rank.main(["--contract", "spec", "--examples", str(project), "--candidates", "3", "--steps", "2", "--seq",
                       "32", "--spec-steps", "2", "--work", str(tmp_path / "work"), "--results", str(results)]) == 0
     data = json.loads((results / "kl_rank_correlation.json").read_text())
     assert 2 <= len(data["rows"]) <= 3 and data["rows"][0]["name"] == "cvxpy start"
