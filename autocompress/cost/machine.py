@@ -4,9 +4,11 @@ belongs to that machine and is found by a fingerprint of it.
 A profile fitted on one host was 3x off on another of the same kind (docs/decisions.md,
 2026-12-01), so a CPU profile is keyed by what decides its constants: the CPU model, the core
 count, the memory size (GiB), and the engine and torch versions. ``acc profile --hardware cpu``
-writes the machine's profile to ``<cache>/profiles/cpu-<engine>-<fingerprint>.json``; ``acc
-check`` and ``acc build`` use it when it exists, and otherwise say that their numbers come from
-another machine. GPUs in the catalog are standard parts: their profiles transfer.
+writes the machine's profile to ``<cache>/profiles/cpu-<engine>-<fingerprint>-<parent tag>.json``:
+it is fitted on variants of one parent, and its efficiencies do not carry to a parent of another
+shape (``parent_tag``). ``acc check`` and ``acc build`` use the parent's own when it exists, else
+another parent's of this machine (said so), and otherwise say that their numbers come from another
+machine. GPUs in the catalog are standard parts: their profiles transfer.
 
 Cheap by design (``acc check`` calls it): /proc reads and a directory scan for package versions,
 no ``importlib.metadata`` (its import alone costs ~60 ms), no torch import.
