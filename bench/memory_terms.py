@@ -141,7 +141,7 @@ def main() -> int:
         Path(args.out + "_probe.json").write_text(json.dumps({"threads": args.threads, "rows": rows}, indent=1) + "\n")
         return 0
     from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.memory import memory_breakdown
+    from autocompress.cost.memory import gemm_shapes, memory_breakdown
     from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.export.gguf_convert import convert_alias
     from autocompress.export.writer import llama_format
@@ -176,7 +176,10 @@ def main() -> int:
         runs = [measure(a, target, wls, tok, Path(args.root), lim, threads=args.threads, max_other_cpu=float("inf"),
                         retries=0, repeat=r) for r in range(args.repeat)]
         peaks = [r["peak_rss_bytes"] for r in runs]
+        # increases over the RSS before vllm was imported: once loaded (weights, KV space, the
+        # profile run), and after the last workload (what serving added)
         loaded = [r["measurements"][0]["memory"]["rss_after_load_bytes"] for r in runs]
+        served = [r["measurements"][-1]["memory"]["rss_increase_bytes"] for r in runs]
         mb = memory_breakdown(a, target, spec.workloads, prof, device, lim)
         terms = predicted_memory(a, spec.workloads, lim, zero, target)  # weights + activation + KV space
         rows.append({"model": a.name, "params_m": round(a.params() / 1e6, 2), "llama_format": llama_format(a),
@@ -185,6 +188,7 @@ def main() -> int:
                      "predicted_mib": predicted_memory(a, spec.workloads, lim, prof, target) / MiB,
                      "predicted_check_mib": (mb.total_bytes - mb.margin_bytes) / MiB,
                      "peak_mib": [p / MiB for p in peaks], "loaded_increase_mib": [x / MiB for x in loaded],
+                     "served_increase_mib": [x / MiB for x in served], "gemm_shapes": gemm_shapes(a),
                      "measured_mib": statistics.fmean(peaks) / MiB,
                      "residual_mib": statistics.fmean(peaks) / MiB - terms / MiB})
         print(f"[memory_terms] {a.name}: peak {[round(p / MiB) for p in peaks]} MiB, "
@@ -201,16 +205,20 @@ def main() -> int:
              "Engine settings as `acc verify examples/cpu-vllm.acspec` (`derive_limits`); measured = the worker "
              "process's VmHWM, each run a fresh process. terms = weights + peak activation + KV space (the model "
              "without its fitted non-torch constant); residual = measured - terms.", "",
-             "| model | params | format | blocks | layers | attn | FFN | FFN widths | KV space | weights | activation "
-             "| predicted | measured (runs) | loaded increase (runs) | residual |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Increases are over the process's RSS before vllm was imported: once the engine is loaded (weights, "
+             "KV space, its profile run) and after the last workload.", "",
+             "| model | params | format | blocks | layers | attn | FFN | FFN widths | GEMM shapes | KV space | weights "
+             "| activation | predicted | measured peak (runs) | after load | after the runs | residual |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['params_m']}M | {'Llama' if r['llama_format'] else 'DeciLM'} | {r['blocks']} | "
-            f"{r['layers']} | {r['attention']} | {r['ffn']} | {r['distinct_ffn_widths']} | {r['kv_space_gib']} GiB | "
+            f"{r['layers']} | {r['attention']} | {r['ffn']} | {r['distinct_ffn_widths']} | {r['gemm_shapes']} | "
+            f"{r['kv_space_gib']} GiB | "
             f"{r['weights_mib']:.0f} | {r['activation_mib']:.0f} | {r['predicted_mib']:.0f} | "
             f"{r['measured_mib']:.0f} ({', '.join(f'{p:.0f}' for p in r['peak_mib'])}) | "
-            f"{', '.join(f'{p:.0f}' for p in r['loaded_increase_mib'])} | {r['residual_mib']:.0f} |")
+            f"{', '.join(f'{p:.0f}' for p in r['loaded_increase_mib'])} | "
+            f"{', '.join(f'{p:.0f}' for p in r['served_increase_mib'])} | {r['residual_mib']:.0f} |")
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}.md")
     return 0
