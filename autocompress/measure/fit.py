@@ -14,8 +14,10 @@ across the calibration set.
 
 Memory: the measured value is the serving process's peak resident memory (what the OS and an
 OOM killer see). The model predicts weights + peak activation + non-torch memory + the reserved
-KV space; the fit sets ``non_torch_bytes`` to the median residual (the interpreter, torch and
-vLLM's own libraries) over the calibration set. The safety margin is not part of the comparison.
+KV space + ``gemm_shape_bytes`` per distinct linear-layer shape; the fit sets the two jointly from
+the calibration models' residuals (``fit_memory``: the shape count varies across the set, uniform
+models at a handful, the random heterogeneous variants at dozens), ``non_torch_bytes`` being the
+interpreter, torch and vLLM's own libraries. The safety margin is not part of the comparison.
 """
 
 from __future__ import annotations
@@ -142,14 +144,30 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
             log(f"[fit] sweep {sweep + 1}/{sweeps}: loss {best:.5f}")
         span = max(1.15, span ** 0.6)
     prof = _profile(base, p)
-    # memory: the non-torch constant is the median residual of the calibration models
-    resid = []
+    from autocompress.cost.memory import gemm_shapes
+
+    zero = replace(prof, memory=replace(prof.memory, non_torch_bytes=0, gemm_shape_bytes=0))
+    resid, shapes = [], []
     for r in rows:
         wls = [_workload(m) for m in r["result"]["measurements"]]
-        zero = replace(prof, memory=replace(prof.memory, non_torch_bytes=0))
         resid.append(r["result"]["peak_rss_bytes"] - predicted_memory(r["arch"], wls, r["limits"], zero, target))
-    non_torch = max(0, int(statistics.median(resid)))
-    return replace(prof, memory=replace(prof.memory, non_torch_bytes=non_torch))
+        shapes.append(gemm_shapes(r["arch"]))
+    non_torch, per_shape = fit_memory(resid, shapes)
+    return replace(prof, memory=replace(prof.memory, non_torch_bytes=non_torch, gemm_shape_bytes=per_shape))
+
+
+def fit_memory(resid: list[float], shapes: list[int]) -> tuple[int, int]:
+    """(non_torch_bytes, gemm_shape_bytes) from the calibration models' residuals (peak RSS minus
+    weights, activation and KV space) and their distinct GEMM shape counts: resid = nt + c * shapes.
+    The slope is least squares (clamped at 0: a shape cannot free memory), the constant the median
+    of what the slope leaves, so one odd model moves it as little as the median did before; models
+    that all have the same count leave the slope at 0."""
+    n = len(resid)
+    mean_s, mean_r = sum(shapes) / n, sum(resid) / n
+    var = sum((s - mean_s) ** 2 for s in shapes)
+    slope = max(0.0, sum((s - mean_s) * (r - mean_r) for s, r in zip(shapes, resid)) / var) if var else 0.0
+    non_torch = statistics.median(r - slope * s for r, s in zip(resid, shapes))
+    return max(0, int(non_torch)), int(round(slope))
 
 
 # ---- scoring ------------------------------------------------------------------------------------
@@ -231,7 +249,7 @@ def profile_dict(prof, name: str, known: dict, notes: str, created: str) -> dict
                     "prefill_fixed_s", "serial_fraction", "shared_kv_reread")},
         "memory": {k: getattr(prof.memory, k) for k in
                    ("non_torch_bytes", "cuda_context_bytes", "activation_multiplier", "margin_fraction",
-                    "margin_bytes", "cudagraph_first_bytes", "cudagraph_per_graph_bytes")},
+                    "margin_bytes", "cudagraph_first_bytes", "cudagraph_per_graph_bytes", "gemm_shape_bytes")},
         "known_error": {k: {"median": round(v["median"], 4), "p95": round(v["p95"], 4), "samples": v["samples"]}
                         for k, v in known.items()},
     }
@@ -271,7 +289,8 @@ def fidelity_tables(calib: list[dict], held: list[dict], threads: int, log=print
     lines.append(f"- launch {k.launch_s * 1e6:.1f} us, per layer {k.layer_overhead_s * 1e6:.1f} us, per step "
                  f"{k.step_overhead_s * 1e3:.2f} ms, per request {k.prefill_fixed_s * 1e3:.2f} ms, serial fraction "
                  f"{k.serial_fraction:.2f}, shared-prefix re-read {k.shared_kv_reread:.2f}; non-torch memory "
-                 f"{fitted.memory.non_torch_bytes / 2**20:.0f} MiB")
+                 f"{fitted.memory.non_torch_bytes / 2**20:.0f} MiB, per GEMM shape "
+                 f"{fitted.memory.gemm_shape_bytes / 2**20:.1f} MiB")
     lines += ["", "Per held-out run (calibrated):", "",
               "| arch | params | workload | TTFT meas / pred | TPOT meas / pred | E2E meas / pred | load avg |",
               "|---|---|---|---|---|---|---|"]

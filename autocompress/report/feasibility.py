@@ -49,7 +49,8 @@ def evaluation_dict(ev) -> dict:
         "checks": [{"name": c.name, "metric": c.metric, "op": c.op, "bound": _r(c.bound),
                     "predicted": _r(c.predicted), "ok": c.ok, "ratio": _r(c.ratio)} for c in ev.checks],
         "memory": {"weights": m.weights_bytes, "peak_activation": m.peak_activation_bytes,
-                   "non_torch": m.non_torch_bytes, "cuda_graphs": m.cuda_graph_bytes, "margin": m.margin_bytes,
+                   "non_torch": m.non_torch_bytes, "gemm_shapes": m.gemm_shape_bytes,
+                   "cuda_graphs": m.cuda_graph_bytes, "margin": m.margin_bytes,
                    "kv_cache": m.kv_reserved_bytes, "total": m.total_bytes, "limit": m.limit_bytes,
                    "context_overhead": m.context_overhead_bytes, "fits": m.fits, "message": m.message,
                    "cpu_kv_space_gib": m.cpu_kv_space_gib},
@@ -212,8 +213,10 @@ def render_markdown(report: dict, plots: list[dict] | None = None) -> str:
     mem = (start or report["parent_costs"])["memory"]
     which = "starting point" if start else "parent"
     out += ["", f"### Memory ({which}, engine accounting)", "", "| term | bytes |", "|---|---|"]
-    for k in ("weights", "peak_activation", "non_torch", "cuda_graphs", "margin", "kv_cache", "total", "limit"):
-        out.append(f"| {k} | {fmt_value('memory', mem[k])} |")
+    for k in ("weights", "peak_activation", "non_torch", "gemm_shapes", "cuda_graphs", "margin", "kv_cache", "total",
+              "limit"):
+        if k != "gemm_shapes" or mem.get(k):  # charged by vllm-cpu profiles only (cost.memory.gemm_shapes)
+            out.append(f"| {k} | {fmt_value('memory', mem[k])} |")
     if mem["message"]:
         out += ["", f"> {mem['message']}"]
     if report["diagnosis"]:

@@ -18,7 +18,8 @@ digits, as in the reports.
 
 from __future__ import annotations
 
-MEMORY_TERMS = ("weights", "kv_cache", "peak_activation", "non_torch", "cuda_graphs", "margin", "context_overhead")
+MEMORY_TERMS = ("weights", "kv_cache", "peak_activation", "non_torch", "gemm_shapes", "cuda_graphs", "margin",
+                "context_overhead")
 TIME_TERMS = ("fixed_s", "prefill_s", "decode_ops_s", "decode_overhead_s")
 
 
@@ -80,7 +81,8 @@ def cost_data(title: str, models: dict[str, dict]) -> dict:
             {"label": label, "ratio": next(x for x in ev["checks"] if x["name"] == c["name"])["ratio"]}
             for label, ev in models.items()]})
     memory = {"limit": next(iter(models.values()))["memory"]["limit"],
-              "bars": [{"label": label, **{t: ev["memory"][t] for t in MEMORY_TERMS}, "total": ev["memory"]["total"]}
+              "bars": [{"label": label, **{t: ev["memory"].get(t, 0) for t in MEMORY_TERMS},
+                        "total": ev["memory"]["total"]}
                        for label, ev in models.items()]}
     return {"kind": "costs", "title": title, "workloads": workloads, "ratios": ratios, "memory": memory}
 

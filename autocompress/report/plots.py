@@ -15,7 +15,7 @@ SKIPPED = "matplotlib is not installed (`pip install 'autocompress[plots]'`)"
 PARTS = {"fixed_s": ("fixed prefill cost", "#9e9e9e"), "prefill_s": ("prefill", "#4c72b0"),
          "decode_ops_s": ("decode (ops)", "#55a868"), "decode_overhead_s": ("decode (engine overheads)", "#c44e52")}
 MEMORY = {"weights": "#4c72b0", "kv_cache": "#55a868", "peak_activation": "#dd8452", "non_torch": "#8172b3",
-          "cuda_graphs": "#937860", "margin": "#da8bc3", "context_overhead": "#8c8c8c"}
+          "gemm_shapes": "#64b5cd", "cuda_graphs": "#937860", "margin": "#da8bc3", "context_overhead": "#8c8c8c"}
 MiB = 1 << 20
 
 

@@ -2,13 +2,15 @@
 
 import math
 
+import pytest
+
 from _costkit import D, attn, mamba, mlp, moe, target, tiny, workload
 
 from autocompress.catalog.engines import SchedulerLimits
 from autocompress.catalog.hardware import HARDWARE
 from autocompress.cost.profile import load_profile
 from autocompress.cost.memory import memory_breakdown
-from autocompress.cost.memory import (GiB, kv_cache_bytes, kv_page_bytes, mamba_state_bytes, peak_activation_bytes, weight_bytes)
+from autocompress.cost.memory import (GiB, gemm_shapes, kv_cache_bytes, kv_page_bytes, mamba_state_bytes, peak_activation_bytes, weight_bytes)
 from autocompress.ir import Architecture, Attention, Block
 
 MiB = 1 << 20
@@ -146,3 +148,30 @@ def test_smollm2_memory_is_plausible():
     lean = memory_breakdown(arch, t, [w], limits=SchedulerLimits(512, 1))
     assert lean.cuda_graph_bytes < m.cuda_graph_bytes and lean.peak_activation_bytes < m.peak_activation_bytes
     assert lean.kv_available_bytes > m.kv_available_bytes
+
+
+def test_gemm_shapes_counts_distinct_linear_shapes():
+    """LM head, fused QKV, output, fused gate/up and down: identical layers share their shapes."""
+    uniform = tiny([Block(attn(kv=2), mlp(256))] * 3)
+    assert gemm_shapes(uniform) == 5
+    assert gemm_shapes(tiny([Block(attn(kv=2), mlp(256)), Block(attn(kv=2), mlp(128))])) == 7
+    assert gemm_shapes(ARCH) == 8  # two widths and two KV head counts
+    # removed sub-blocks and empty layers add nothing
+    assert gemm_shapes(tiny([Block(attn(kv=2), mlp(256)), Block(None, mlp(256)), Block(None, None)])) == 5
+
+
+def test_cpu_breakdown_charges_the_profile_cost_per_gemm_shape():
+    from dataclasses import replace
+
+    cpu = HARDWARE["cpu"]
+    prof = load_profile(None, cpu, "vllm")
+    assert prof.memory.gemm_shape_bytes == 0  # shipped profiles without the field charge nothing
+    planted = replace(prof, memory=replace(prof.memory, gemm_shape_bytes=10 * MiB))
+    t = target("cpu", "vllm", "fp32", "fp32")
+    wl = [workload(1, "serve", 128, 32)]
+    for arch in (ARCH, tiny([Block(attn(kv=2), mlp(256))] * 2)):
+        a, b = memory_breakdown(arch, t, wl, prof, cpu), memory_breakdown(arch, t, wl, planted, cpu)
+        assert b.gemm_shape_bytes == 10 * MiB * gemm_shapes(arch)
+        assert b.non_kv_bytes - a.non_kv_bytes == b.gemm_shape_bytes
+        extra = b.gemm_shape_bytes * (1 + prof.memory.margin_fraction)
+        assert b.total_bytes - a.total_bytes == pytest.approx(extra, abs=2)

@@ -107,3 +107,33 @@ def test_cpu_efficiency_may_exceed_the_placeholder_peak_but_gpu_may_not(base):
     doc["efficiency"].setdefault("per_op", {})["gemm"] = {"compute": 1.5, "memory": 0.8}
     with pytest.raises(ProfileError, match="gemm above 1"):
         Profile.from_dict(doc)
+
+
+def test_fit_memory_recovers_a_planted_cost_per_gemm_shape(archs):
+    """Residuals of models with 5 to 40 distinct GEMM shapes, built from a known constant and a
+    known cost per shape (plus a few MiB of noise): the joint fit recovers both; a set whose
+    models all have the same count gives the old median constant and no slope."""
+    import random
+
+    from autocompress.cost.memory import gemm_shapes
+    from autocompress.measure.fit import fit_memory
+
+    rng = random.Random(0)
+    shapes = [gemm_shapes(a) for a in archs]
+    assert len(set(shapes)) >= 2  # uniform and heterogeneous variants: the fit needs both
+    resid = [(1100 << 20) + s * (9 << 20) + rng.uniform(-2, 2) * (1 << 20) for s in shapes]
+    nt, per = fit_memory(resid, shapes)
+    assert per == pytest.approx(9 << 20, rel=0.05)
+    assert nt == pytest.approx(1100 << 20, rel=0.01)
+    assert fit_memory([5.0, 9.0, 7.0], [5, 5, 5]) == (7, 0)
+    assert fit_memory([9.0, 7.0, 5.0], [5, 6, 7]) == (7, 0)  # a falling residual is no per-shape cost
+
+
+def test_fit_profile_fits_the_shape_cost_jointly_with_non_torch(base, archs):
+    """End to end: calibration rows measured under a profile that charges 12 MiB per shape."""
+    truth = replace(base, memory=replace(base.memory, non_torch_bytes=1000 << 20, gemm_shape_bytes=12 << 20))
+    fitted = fit_profile(_rows(truth, archs[:6]), truth, TARGET, sweeps=0)
+    assert fitted.memory.gemm_shape_bytes == pytest.approx(12 << 20, rel=0.01)
+    assert fitted.memory.non_torch_bytes == pytest.approx(1000 << 20, rel=0.01)
+    doc = profile_dict(fitted, "cpu-vllm-test", {}, "test", "2026-12-01")
+    assert doc["memory"]["gemm_shape_bytes"] == fitted.memory.gemm_shape_bytes
