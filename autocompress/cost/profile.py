@@ -150,23 +150,31 @@ def _read(resolved: str, mtime_ns: int, shown: str) -> Profile:
 
 
 def builtin_profile_path(device_kind: str, engine: str, device_name: str | None = None, parent=None) -> Path:
-    """The profile used when a spec names none: for the host CPU, this machine's own (``acc
-    profile`` wrote it, ``cost.machine``), calibrated on ``parent`` (an ``Architecture``) when
-    that one exists, else on another parent (``origin`` says so); else one measured by ``acc
-    profile`` for this device (or device kind) that the package ships; else the labelled default."""
-    if device_kind == "cpu":
-        from autocompress.cost.machine import machine_profile_path, machine_profiles
+    """The profile used when a spec names none, first found of:
 
-        own = machine_profile_path(engine, parent=parent) if parent is not None else None
-        if own is not None and own.is_file():
-            return own
-        others = machine_profiles(engine)
-        if others:
-            return others[0]
-    for stem in ([device_name] if device_name else []) + [device_kind]:
-        measured = PROFILE_DIR / f"{stem}-{engine}-measured.json"
-        if measured.is_file():
-            return measured
+    1. host CPU: this machine's own (``acc profile`` wrote it, ``cost.machine``) for ``parent``
+       (an ``Architecture``);
+    2. one the package ships for this device (or device kind), calibrated on this parent on another
+       machine (``<device>-<engine>-measured-<parent tag>.json``);
+    3. host CPU: this machine's own for another parent (``origin`` says so);
+    4. one the package ships for this device (or kind), calibrated on another parent;
+    5. the labelled default.
+
+    The parent comes before the machine: Gemma 3's engine memory (3.0 GiB against SmolLM2's 1.0)
+    and its 262,144-token head are the parent's and the same on any machine of one engine version,
+    while the machine's speed is what the host index and the ratios to the parent absorb."""
+    from autocompress.cost.machine import machine_profile_path, machine_profiles, parent_tag
+
+    stems = ([device_name] if device_name else []) + [device_kind]
+    tag = parent_tag(parent) if parent is not None else None
+    if device_kind == "cpu" and tag and machine_profile_path(engine, parent=parent).is_file():
+        return machine_profile_path(engine, parent=parent)
+    shipped_own = [PROFILE_DIR / f"{s}-{engine}-measured-{tag}.json" for s in stems] if tag else []
+    mine = machine_profiles(engine) if device_kind == "cpu" else []
+    shipped = [PROFILE_DIR / f"{s}-{engine}-measured.json" for s in stems]
+    for p in shipped_own + mine + shipped:
+        if p.is_file():
+            return p
     return PROFILE_DIR / f"{device_kind}-{engine}-default.json"
 
 

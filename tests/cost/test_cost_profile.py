@@ -10,7 +10,10 @@ from autocompress.cost.profile import PROFILE_DIR, ProfileError, load_profile, v
 
 DEFAULTS = ["gpu-vllm-default", "gpu-transformers-default", "cpu-vllm-default", "cpu-transformers-default"]
 MEASURED = ["cpu-vllm-measured"]  # written by `acc profile` on the development host
-BUILTIN = DEFAULTS + MEASURED
+# written by `acc profile --model gemma3-270m --quick` (the Gemma host build's calibration): a
+# profile belongs to the parent it was fitted on, so a Gemma parent falls back to this one
+PER_PARENT = ["cpu-vllm-measured-gemma3_text-35e9490d"]
+BUILTIN = DEFAULTS + MEASURED + PER_PARENT
 
 
 def _data(name="gpu-vllm-default"):
@@ -35,6 +38,32 @@ def test_measured_builtins_win_and_carry_their_error(name):
     for metric in ("ttft", "tpot", "e2e", "throughput", "memory"):
         e = p.error(metric)
         assert e is not None and 0 <= e.median <= e.p95 and e.samples >= 13
+
+
+def test_a_parent_with_a_shipped_profile_of_its_own_gets_it(tmp_path, monkeypatch):
+    from autocompress.cost.machine import parent_tag
+    from autocompress.lang.model import ParentRef
+    from autocompress.parents.resolve import resolve_parent
+
+    gemma = resolve_parent(ParentRef("alias", "gemma3-270m"), ".").architecture
+    smol = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path))  # no profile of this machine
+    cpu = HARDWARE["cpu"]
+    p = load_profile(None, cpu, "vllm", gemma)
+    assert Path(p.path).stem == PER_PARENT[0] == f"cpu-vllm-measured-{parent_tag(gemma)}"
+    assert p.source == "measured" and p.reference["parent_tag"] == parent_tag(gemma) and p.error("tpot") is not None
+    assert Path(load_profile(None, cpu, "vllm", smol).path).stem == "cpu-vllm-measured"  # no shipped one of its own
+    assert Path(load_profile(None, cpu, "vllm").path).stem == "cpu-vllm-measured"
+    # this machine calibrated on SmolLM2: SmolLM2 gets it; Gemma keeps the profile fitted on Gemma
+    from autocompress.cost.machine import machine_profile_path, this_machine
+
+    doc = _data("cpu-vllm-measured")
+    doc["machine"] = this_machine("vllm").as_dict()
+    own = machine_profile_path("vllm", parent=smol)
+    own.parent.mkdir(parents=True)
+    own.write_text(json.dumps(doc))
+    assert load_profile(None, cpu, "vllm", smol).path == str(own)
+    assert Path(load_profile(None, cpu, "vllm", gemma).path).stem == PER_PARENT[0]
 
 
 def test_without_a_measured_profile_the_default_is_used():
