@@ -48,16 +48,9 @@ def parent_folder(model_dir: Path, parent: str | None) -> tuple[Path | None, str
 
 
 def _load(folder: Path):
-    """Any export or parent folder, without remote code: ``causal_lm_class`` picks our heterogeneous
-    Gemma 3 class where the folder names it (``AutoModelForCausalLM`` would build the stock Gemma 3
-    from its config and fail on the per-layer widths), else the Auto class with our DeciLM /
-    NemotronH-Puzzle classes registered."""
-    from transformers.utils import logging as hf_logging
+    from autocompress.compress.evaluate import load_exported
 
-    from autocompress.modeling.register import causal_lm_class
-
-    hf_logging.disable_progress_bar()
-    return causal_lm_class(folder).from_pretrained(str(folder), dtype="float32").eval()
+    return load_exported(folder)
 
 
 def _humaneval(folder: Path, load) -> dict | None:

@@ -16,16 +16,18 @@ from autocompress.progress import Progress
 
 
 def load_exported(folder: Path):
-    """The exported checkpoint through transformers (our DeciLM and NemotronH-Puzzle classes
-    registered in-process; the native formats need no registration)."""
-    from transformers import AutoModelForCausalLM
+    """Any exported checkpoint (or parent folder) through transformers, without remote code
+    (``modeling.register.causal_lm_class``): our heterogeneous Gemma 3 class imported in-process
+    where the folder names it (``AutoModelForCausalLM`` would build the stock Gemma 3 from its
+    config and fail on the per-layer widths), else the Auto class with our DeciLM and
+    NemotronH-Puzzle classes registered. Every loader of an export is this one: the build's
+    evaluation and accuracy stages and ``acc eval``."""
     from transformers.utils import logging as hf_logging
 
-    from autocompress.modeling.register import register
+    from autocompress.modeling.register import causal_lm_class
 
-    register()
     hf_logging.disable_progress_bar()
-    return AutoModelForCausalLM.from_pretrained(str(folder), dtype="float32").eval()
+    return causal_lm_class(folder).from_pretrained(str(folder), dtype="float32").eval()
 
 
 def _as_dict(q: dict) -> dict:

@@ -163,17 +163,6 @@ def _terms(parent_dir) -> tuple[tuple[Path, ...], object]:
     return (src / TERMS_FILES[0], Path(tmp.name) / "NOTICE"), tmp
 
 
-def load_exported(folder):
-    """The export through transformers: stock Gemma 3, or our shipped class imported in-process
-    (the same file as in the folder; no remote code runs)."""
-    from transformers.utils import logging as hf_logging
-
-    from autocompress.modeling.register import causal_lm_class
-
-    hf_logging.disable_progress_bar()
-    return causal_lm_class(folder).from_pretrained(str(folder), dtype="float32").eval()
-
-
 def config(folder) -> HybridConfig:
     from autocompress.families._hybrid import config_of
 
@@ -183,8 +172,8 @@ def config(folder) -> HybridConfig:
 def _family():
     from autocompress.families._hybrid import hybrid_family
 
-    fam = hybrid_family("gemma3", __name__, load, config, export)
-    return replace(fam, load_exported=load_exported)
+    # its exports load through compress.evaluate.load_exported, like every family's
+    return hybrid_family("gemma3", __name__, load, config, export)
 
 
 FAMILY = _family()

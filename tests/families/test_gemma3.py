@@ -116,6 +116,16 @@ def test_transformers_space_export_removes_attention_layers_and_hidden(parent, t
     exported = architecture_from_config(config)
     assert exported.blocks == tuple(x for x in blocks if x.mixer or x.ffn) and exported.hidden_size == 96
     assert exported.params() == student.params()
+    # the in-process loader of every export (the build's accuracy stage, `acc eval`) loads it too:
+    # AutoModelForCausalLM would build the stock Gemma 3 and fail on the per-layer widths
+    from test_family_torch import LONG
+
+    from autocompress.compress.evaluate import load_exported
+
+    sd, extras = family.extract(permuted, cfg, student)
+    with torch.no_grad():
+        got, expected = load_exported(tmp_path / "out")(LONG).logits, family.student(student, sd, extras)(LONG)
+    assert torch.allclose(got, expected, atol=2e-5, rtol=1e-4), (got - expected).abs().max()
 
 
 @pytest.mark.integration
