@@ -16,8 +16,10 @@ import time
 import torch
 
 from autocompress.compress import dist
+from autocompress.compress.prepare import BuildError
 from autocompress.compress.refine import RefineConfig, refine
 from autocompress.compress.tables import cost_tables
+from autocompress.diagnostics import EXIT_NOT_FOUND
 from autocompress.feasibility.exact import evaluate
 from autocompress.feasibility.metrics import Relaxation
 from autocompress.feasibility.objective import load_importance
@@ -51,8 +53,11 @@ def search_key_parts(settings) -> tuple[str, str]:
     return json.dumps(settings.as_dict(), sort_keys=True), json.dumps(configs, sort_keys=True)
 
 
-class NoArchitecture(Exception):
-    pass
+class NoArchitecture(BuildError):
+    """No architecture was found, infeasibility not proved: exit 4 with the reason, not a traceback."""
+
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_NOT_FOUND)
 
 
 def _measures(net, teacher, train_rows, settings):
@@ -115,10 +120,9 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     if swept.rows:
         log(f"[search] global sizes: {swept.variant.label()} (best of {len(swept.rows)} variants)")
         out["variants"] = [dict(r) for r in swept.rows]
-    if settings.strategy == "uniform":
-        if feas.uniform is None:
-            raise NoArchitecture("no uniform (identical-layer) architecture meets this contract; "
-                                 "use `strategy autocompress`")
+    if settings.strategy == "uniform":  # feas.uniform is the prior's pick in a few exact tries: the
+        # frontier below tries the whole grid (with measured importance the prior's first picks can
+        # all fail the exact model while a narrower uniform point passes: Gemma 3 host, 2026-12-01)
         return _measured_uniform(out, spec, swept, derived, family, permuted, cfg, teacher, train_rows, settings,
                                  imp, parent_arch, progress)
 
@@ -246,6 +250,9 @@ def _measured_uniform(out, spec, swept, derived, family, permuted, cfg, teacher,
     relaxes = {d: Relaxation(variant, d, spec, derived.profile, derived.device, sp, vimp, derived.limits)
                for d in sp.hidden_grid}
     frontier = uniform_frontier(relaxes, derived.profile, derived.device, derived.limits)
+    if not frontier:
+        raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model; "
+                             "use `strategy autocompress`")
     net = family.supernet(permuted, cfg, sp, variant)
     _, select_kl = _measures(net, teacher, train_rows, settings)
     progress.log(f"[search] strategy uniform: Minitron-style grid, {len(frontier)} frontier candidates meet the "
