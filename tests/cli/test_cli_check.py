@@ -148,6 +148,23 @@ def test_a_measurement_that_fails_is_exit_6_with_its_reason_not_an_internal_erro
     assert "internal error" not in err and "please report it" not in err and "Traceback" not in err
 
 
+def test_no_architecture_found_in_a_build_is_exit_4(capsys, cache_dir, monkeypatch):
+    """The search finding nothing (infeasibility not proved) is the documented exit 4 with its
+    reason, not an internal error (the uniform arm on the Gemma host build said so as exit 3)."""
+    pytest.importorskip("torch")
+    import autocompress.compress.pipeline
+    from autocompress.compress.search import NoArchitecture
+
+    def none_found(*a, **k):
+        raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model")
+
+    monkeypatch.setattr(autocompress.compress.pipeline, "run_build", none_found)
+    code, _, err = _run(capsys, "build", str(FEASIBLE))
+    assert code == 4, err
+    assert "no uniform (identical-layer) architecture of the grid passes" in err
+    assert "internal error" not in err and "Traceback" not in err
+
+
 def test_exit_3_deep_in_the_pipeline(capsys, cache_dir, monkeypatch):
     """A bug inside a stage (not only at the top) is caught the same way."""
     import autocompress.feasibility.assess
