@@ -47,7 +47,7 @@ def applies(spec) -> bool:
             and engine_available(spec.target.engine)[0])
 
 
-def calibrate_if_needed(spec, base: str, no_calibrate: bool, log, parent_arch=None) -> None:
+def calibrate_if_needed(spec, base: str, no_calibrate: bool, log, parent_arch) -> None:
     """``log``: a log function or a ``Progress`` (the calibration's engine runs then show as tasks).
     ``parent_arch``: the spec's parent; a profile belongs to a machine and the parent it was calibrated on."""
     from autocompress.cost.machine import machine_profile_path, this_machine
@@ -67,7 +67,7 @@ def calibrate_if_needed(spec, base: str, no_calibrate: bool, log, parent_arch=No
         return
     from autocompress.measure.profile import run_profile
 
-    log(f"[calibrate] {what}: `acc profile --hardware cpu --model {spec.parent.value} --quick` first (a few minutes; "
+    log(f"[calibrate] {what}: `acc profile --hardware cpu --model {model} --quick` first (a few minutes; "
         "--no-calibrate skips it)")
     run_profile("cpu", engine, None, model=model, quick=True, progress=progress)
 

@@ -220,7 +220,7 @@ def memory_breakdown(arch: Architecture, target, workloads, profile=None, device
         rows = max((w.concurrency for w in workloads), default=1)
         activation = peak_activation_bytes(arch, tokens, rows, a, tp)
     activation = math.ceil(activation * mt.activation_multiplier)
-    shapes = mt.gemm_shape_bytes * gemm_shapes(arch, tp)
+    shapes = mt.gemm_shape_bytes * gemm_shapes(arch, tp) if mt.gemm_shape_bytes else 0
     non_kv = weights + activation + mt.non_torch_bytes + shapes
     graphs = 0
     if engine == "vllm" and device.kind == "gpu" and info.cuda_graphs:

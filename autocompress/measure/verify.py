@@ -108,7 +108,9 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     spec = load_spec(spec_path)
     base = os.path.dirname(os.path.abspath(spec_path))
     archs = {"model": resolve_parent(ParentRef("hf_dir", str(out.resolve())), base).architecture}
-    derived = derive(spec, archs["model"], base)
+    # the profile is looked up by the spec's parent (a host-CPU profile belongs to the parent it was
+    # calibrated on, cost.machine.parent_tag), as the build looked it up, not by the student's shape
+    derived = derive(spec, resolve_parent(spec.parent, base).architecture, base)
     prof = derived.profile
     present, where = hardware_present(derived.device)
     eng_ok, eng_why = engine_available(spec.target.engine)

@@ -23,7 +23,7 @@ class Derived:
     limits: SchedulerLimits
     space: SearchSpace
     rows: tuple[tuple[str, str, str], ...]  # (setting, value, why)
-    origin: tuple[str, str] = ("default", "")  # cost.profile.origin for this parent: where the numbers come from
+    origin: tuple[str, str]  # cost.profile.origin for this parent: where the numbers come from
 
 
 def engine_limits(spec, device) -> SchedulerLimits:
