@@ -107,16 +107,20 @@ def uniform_frontier(relaxes: dict[int, Relaxation], profile, device, limits=Non
     widest FFN the exact cost model accepts (a narrower one at the same cell only loses quality),
     best prior first, as (architecture, evaluation, importance, hidden). Minitron's candidate
     set: the grid's frontier, judged afterwards by measured quality (``compress.baseline``)."""
-    out, seen, tried = [], set(), 0
+    out, seen, archs, tried = [], set(), set(), 0
     for score, d, cell, x in _grid_candidates(relaxes):
         group = (d, cell[0], cell[1], cell[3])
         if group in seen or tried >= max_exact:
             continue
         arch = x_to_arch(relaxes[d], x)
+        if arch in archs:  # two depth shares that round to the same layer count (few layers): one candidate
+            seen.add(group)
+            continue
         ev = evaluate(arch, relaxes[d].spec, profile, device, limits)
         tried += 1
         if ev.ok:  # the widest width of this cell that passes (candidates come widest first per cell)
             seen.add(group)
+            archs.add(arch)
             out.append((arch, ev, score, d))
     return out
 

@@ -40,3 +40,18 @@ def test_frontier_spans_the_grid_and_meets_the_contract():
     assert scores == sorted(scores, reverse=True)
     best = uniform_search(relaxes, s.profile, s.device, s.limits)
     assert best is not None and best[0] == front[0][0]
+
+
+@pytest.mark.integration
+def test_frontier_measures_no_architecture_twice():
+    """6 layers: the depth shares 0.25 and 0.375 both remove 2 layers (round(1.5) = round(2.25) = 2).
+    The uniform arm's measured forwards are its budget, so a repeated candidate would waste one."""
+    arch = tiny_arch(layers=6, hidden=1024, kv=4, heads=8, head_dim=128, ffn=4096)
+    probe = setup(spec_for(serve(tpot=1.0), hardware="rtx-5070", memory=2048 * MiB), arch)
+    tpot = next(c.predicted for c in evaluate(arch, probe.spec, probe.profile, probe.device, probe.limits).checks
+                if c.metric == "tpot")
+    s = setup(spec_for(serve(tpot=0.75 * tpot), hardware="rtx-5070", memory=2048 * MiB), arch)
+    front = uniform_frontier(_relaxes(s), s.profile, s.device, s.limits)
+    assert len(front) >= 2
+    assert len({a for a, *_ in front}) == len(front)
+    assert any(len([b for b in a.blocks if b.attention or b.ffn]) == 4 for a, *_ in front)  # 2 removed: kept once
