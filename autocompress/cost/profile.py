@@ -156,7 +156,8 @@ def builtin_profile_path(device_kind: str, engine: str, device_name: str | None 
        (an ``Architecture``);
     2. one the package ships for this device (or device kind), calibrated on this parent on another
        machine (``<device>-<engine>-measured-<parent tag>.json``);
-    3. host CPU: this machine's own for another parent (``origin`` says so);
+    3. host CPU: this machine's own for another parent (``origin`` says so), one of the parent's
+       family first, else the newest;
     4. one the package ships for this device (or kind), calibrated on another parent;
     5. the labelled default.
 
@@ -172,6 +173,8 @@ def builtin_profile_path(device_kind: str, engine: str, device_name: str | None 
         return own
     shipped_own = [PROFILE_DIR / f"{s}-{engine}-measured-{tag}.json" for s in stems] if tag else []
     mine = machine_profiles(engine) if device_kind == "cpu" else []
+    if parent is not None:  # another parent of the same family first (its head and layer kinds), then the newest
+        mine.sort(key=lambda p: f"-{parent.family}-" not in p.stem)  # stable: newest first within each
     shipped = [PROFILE_DIR / f"{s}-{engine}-measured.json" for s in stems]
     for p in shipped_own + mine + shipped:
         if p.is_file():

@@ -83,6 +83,27 @@ def test_a_profile_of_this_machine_is_used_and_said_to_be(tmp_path, monkeypatch)
     assert origin(load_profile(None, gpu, "vllm"), gpu)[0] == "default"
 
 
+def test_another_parent_of_the_same_family_is_preferred_to_a_newer_one(tmp_path, monkeypatch):
+    """Without this parent's own profile, this machine's for a parent of the same family (same layer
+    kinds and head) speaks for it better than a newer one of another family."""
+    import os
+
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import PROFILE_DIR, load_profile
+
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path))
+    cpu = resolve_device("cpu")
+    doc = json.loads((PROFILE_DIR / "cpu-vllm-measured.json").read_text())
+    other_family = Architecture("gemma3_text", 1000, 64, 4, 16, True, SMALL.blocks)
+    same = _write_own(doc, SMALL)
+    newer = _write_own(doc, other_family)
+    os.utime(same, (1, 1))  # the same family's is the older file
+    assert load_profile(None, cpu, "vllm", other_family).path == str(newer)  # its own
+    assert load_profile(None, cpu, "vllm", WIDE_VOCAB).path == str(same)  # llama: the llama one, though older
+    third = Architecture("mixtral", 1000, 64, 4, 16, True, SMALL.blocks)
+    assert load_profile(None, cpu, "vllm", third).path == str(newer)  # no family match: the newest
+
+
 def test_a_parent_that_meets_the_contract_is_not_compressed(tmp_path, monkeypatch):
     (tmp_path / "s.acspec").write_text(SPEC)
     measured = preflight.ParentCheck((("ask.tpot", "<=", 0.07, 0.037, True), ("memory", "<=", 2.0 * 2**30, 1.9 * 2**30, True)))
