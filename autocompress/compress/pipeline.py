@@ -97,7 +97,7 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     _preflight(spec, base, work, progress, force, no_calibrate)
     p = prepare(spec_path, work, progress)
 
-    from autocompress.compress.evaluate import evaluate_build, evaluate_parent
+    from autocompress.compress.evaluate import evaluate_parent
     from autocompress.ir import arch_to_dict
 
     def parent_quality_stage(tmp: Path, partial: Path) -> dict:
@@ -123,15 +123,12 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         p.stages.append(st)
         fmt = p.timed(f"export{tag}", lambda: dist.main_only(lambda: _export(
             p.family, arch, st.path, extras, p.folder, target, spec_path, strat.strategy, progress.log)))
-        quality = p.timed(f"evaluate{tag}", lambda: dist.main_only(lambda: evaluate_build(
-            parent_quality, target, p.data.heldout, p.held_teacher, p.folder, strat, p.family.load_exported,
-            progress)))
+        quality = p.timed(f"evaluate{tag}", lambda: _evaluate(p, parent_quality, target, strat))
         from autocompress.accuracy.command import build_accuracy  # the eight benchmarks, cached stages
 
         # every rank enters the stage (run_stage's collectives); rank 0 alone scores, the others wait
         acc = p.timed(f"accuracy{tag}", lambda: build_accuracy(p.folder, target, p.work, progress))
-        if quality is not None:  # rank 0
-            quality["accuracy"] = acc
+        quality["accuracy"] = acc
         return chosen, arch, {**st.summary, "format": fmt}, quality
 
     chosen, arch, result, quality = make(p.settings, out)
@@ -152,6 +149,28 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         out, spec, spec_path, p.check.report, chosen, arch, p.parent, p.derived, p.settings, quality, result,
         p.timings, time.perf_counter() - t_start, base_report))
     return BuildResult(out, report, tuple(p.stages))  # report: None on ranks other than 0
+
+
+def _evaluate(p: Prepared, parent_quality: dict, target: Path, strat: BuildSettings) -> dict:
+    """The evaluate stage of one strategy: the exported student on the held-out rows and HumanEval.
+
+    Keyed by the exported folder's content (what is measured is what ships, so an edit of the
+    search, distillation or export that leaves the weights as they were re-uses it), the data, the
+    code of the evaluation and of the held-out teacher outputs (KL's reference), and the settings
+    the measurement reads. Every rank computes the key after the export's barrier; rank 0 measures."""
+    from autocompress.accuracy.stage import model_digest
+    from autocompress.compress.evaluate import compared, evaluate_student, humaneval_key
+
+    def evaluate_stage(tmp: Path, partial: Path) -> dict:
+        q = evaluate_student(target, p.data.heldout, p.held_teacher, p.folder, strat, p.family.load_exported,
+                             p.progress)
+        (tmp / "quality.json").write_text(json.dumps(q))
+        return {}
+
+    key = stage_key("evaluate", ("autocompress.compress.evaluate", *p.family.code["teacher"]), model_digest(target),
+                    p.data_key, str(strat.eval_rows), str(strat.batch), str(strat.topk), humaneval_key())
+    st = run_stage(p.work, f"evaluate-{strat.strategy}", key, evaluate_stage, p.progress.log)
+    return compared(parent_quality, json.loads((st.path / "quality.json").read_text()))
 
 
 def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate: bool) -> None:

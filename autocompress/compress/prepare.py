@@ -134,7 +134,9 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
     # stages that do not read the contract (importance, teacher outputs, the parent's quality) are
     # keyed without it, so builds of different specs in one work folder share them; the search key
     # adds the spec and the calibration profile (a re-measured profile re-searches)
-    data_key = stage_key("data", (), parent.content_hash, data.key)
+    # the folder every stage reads is the parent's, or its GGUF's conversion: the converter's code
+    # keys it too (the family's loader keys the stages that run it, ``families.base``)
+    data_key = stage_key("data", ("autocompress.export.gguf_convert",), parent.content_hash, data.key)
     spec_key = stage_key("spec", (), Path(spec_path).read_bytes(),
                          Path(derived.profile.path).read_bytes() if derived.profile.path else b"")
 

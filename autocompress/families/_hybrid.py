@@ -48,14 +48,20 @@ def _load_exported(folder):
     return load_exported(folder)
 
 
-def hybrid_family(name: str, module: str, load, config, export) -> BuildFamily:
-    """The family ``name`` whose checkpoints ``module`` reads (``load``, ``config``) and writes (``export``)."""
+def hybrid_family(name: str, load, config, export) -> BuildFamily:
+    """The family ``name`` whose checkpoints ``load`` reads (and ``config`` describes) and ``export`` writes.
+
+    The stages that read the parent key their code by ``load``'s module (``families.<name>_load``:
+    names, globals, the reader), never by the family module, which reaches every stage (``export``,
+    this module's lazy imports): a change to the search or the export must not re-run importance
+    or the teacher (docs/decisions.md, 2026-12-01, fifth session)."""
+    reader = load.__module__
     return BuildFamily(
         name, load, config, _forward, _importance, _permute, _supernet, _extract, _student, export, _load_exported,
-        {"importance": ("autocompress.compress.hybrid_importance", "autocompress.compress.hybrid_permute", module),
-         "teacher": ("autocompress.compress.teacher", "autocompress.nn.hybrid", module),
+        {"importance": ("autocompress.compress.hybrid_importance", "autocompress.compress.hybrid_permute", reader),
+         "teacher": ("autocompress.compress.teacher", "autocompress.nn.hybrid", reader),
          "search": ("autocompress.compress.search", "autocompress.compress.hybrid_supernet"),
-         "distill": ("autocompress.compress.distill", "autocompress.compress.hybrid_extract", module)})
+         "distill": ("autocompress.compress.distill", "autocompress.compress.hybrid_extract", reader)})
 
 
 def config_of(folder, hybrid_config):

@@ -27,8 +27,11 @@ The hybrid families' weights (``params``, extraction, student state) use ``nn.hy
 canonical names; Llama's use transformers' Llama names.
 
 ``code`` names, per stage, the modules whose source keys that stage's cache (``cache.code_digest``
-follows their package imports); Llama's are the modules it used before the seam existed, so its
-cache keys and results did not change.
+follows their package imports): the modules the stage runs, among them the parent's loader for the
+stages that read the parent, and never the family module itself, which reaches every stage (its
+export, ``_hybrid``'s lazy imports) and would key importance by the search's code. The hybrid
+families' loaders live in ``families.<name>_load`` for that reason. Llama's are the modules it
+used before the seam existed, so its cache keys and results did not change.
 """
 
 from __future__ import annotations

@@ -29,43 +29,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from autocompress.families import _checkpoint as ck
+from autocompress.families.gemma3_load import kept_layers, load, names
 from autocompress.ir import MLP, Architecture
-from autocompress.nn.gemma3 import from_canonical_norms, gemma3_config, to_canonical_norms
-from autocompress.nn.hybrid import HybridConfig, param_shapes, pn
+from autocompress.nn.gemma3 import from_canonical_norms, gemma3_config
+from autocompress.nn.hybrid import HybridConfig
 
 TERMS_FILES = ("GEMMA_TERMS.html", "NOTICE")
-_LAYER = {"mixer_norm": "input_layernorm", "post_mixer_norm": "post_attention_layernorm",
-          "ffn_norm": "pre_feedforward_layernorm", "post_ffn_norm": "post_feedforward_layernorm",
-          "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-          "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm",
-          "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
-
-
-def kept_layers(arch: Architecture) -> list[int]:
-    return [l for l, b in enumerate(arch.blocks) if b.mixer is not None or b.ffn is not None]
-
-
-def names(cfg: HybridConfig) -> dict[str, str]:
-    """Canonical name -> checkpoint name of every tensor ``cfg.arch`` has (removed layers renumbered)."""
-    have = param_shapes(cfg)
-    plain = {"embed": "model.embed_tokens.weight", "norm_f": "model.norm.weight"}
-    if not cfg.arch.tie_embeddings:
-        plain["lm_head"] = "lm_head.weight"
-    for j, l in enumerate(kept_layers(cfg.arch)):
-        plain.update({pn(l, c): f"model.layers.{j}.{n}.weight" for c, n in _LAYER.items() if pn(l, c) in have})
-    return plain
-
-
-def load(folder):
-    """(canonical fp32 params, norms as 1 + w; HybridConfig) of a Gemma 3 text folder."""
-    from autocompress.parents.hf_config import architecture_from_config
-
-    native, tensors = ck.read_folder(folder)
-    arch = architecture_from_config(native)
-    cfg = gemma3_config(native, arch)
-    if arch.tie_embeddings:
-        tensors.pop("lm_head.weight", None)
-    return to_canonical_norms(ck.to_canonical(tensors, names(cfg), {}, {})), cfg
 
 
 def native_config(cfg: HybridConfig, arch: Architecture) -> tuple[dict, bool]:
@@ -173,7 +142,7 @@ def _family():
     from autocompress.families._hybrid import hybrid_family
 
     # its exports load through compress.evaluate.load_exported, like every family's
-    return hybrid_family("gemma3", __name__, load, config, export)
+    return hybrid_family("gemma3", load, config, export)
 
 
 FAMILY = _family()

@@ -79,7 +79,9 @@ def _load_exported(folder):
 
 FAMILY = BuildFamily(
     "llama", _load, _config, _forward, _importance, _permute, _supernet, _extract, _student, _export, _load_exported,
-    {"importance": ("autocompress.compress.importance", "autocompress.compress.permute"),
+    # importance and teacher name the loader too (``nn.llama.load_llama``; already in their import
+    # closure, so the digests are the ones they were)
+    {"importance": ("autocompress.compress.importance", "autocompress.compress.permute", "autocompress.nn.llama"),
      "teacher": ("autocompress.compress.teacher", "autocompress.nn.llama"),
      "search": ("autocompress.compress.search", "autocompress.compress.supernet"),
      "distill": ("autocompress.compress.distill", "autocompress.compress.extract")},

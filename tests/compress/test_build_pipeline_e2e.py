@@ -167,6 +167,9 @@ def test_rerun_is_cached_and_identical(built):
     again = run_build(str(spec), progress=logs.append)
     assert weights_hash(again.output) == before
     assert any("[importance] cached" in m for m in logs) and any("[distill] cached" in m for m in logs)
+    # the student's evaluation is a stage keyed by the exported weights: read back, not measured again
+    assert any(m.startswith("[evaluate-autocompress] cached") for m in logs), logs
+    assert again.report["quality"] == result.report["quality"]
 
 
 def test_import_has_no_side_effects_and_registration_is_explicit(built):

@@ -1,0 +1,104 @@
+"""The code part of the build stages' keys covers what a stage runs, and nothing of the other stages.
+
+Each test edits one module of a temporary copy of the package and recomputes the digests of the
+families' code maps there (``cache.code_digest(..., root=copy)``): an edit of the search, the
+refinement, the uniform arm or the feasibility solver must leave the importance and teacher keys
+alone (a one-line fix of the search once re-ran an hour of Gemma 3 importance, teacher outputs and
+distillation), and an edit of a module the stage runs must change its key.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autocompress import cache
+from autocompress.families.base import family_of
+
+REPO = Path(__file__).resolve().parents[2]
+FAMILIES = {"llama": "llama", "gemma3": "gemma3_text"}  # build family -> the IR family that selects it
+UNRELATED = ["compress/search.py", "compress/refine.py", "compress/baseline.py", "compress/joint_search.py",
+             "compress/router_v2.py", "families/gemma3.py", "families/_hybrid.py", "report/build.py",
+             "feasibility/[a-np-z]*.py", "feasibility/_[a-z]*.py"]  # all of feasibility/ but objective (below), __init__
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("keys") / "tree"
+    shutil.copytree(REPO / "autocompress", root / "autocompress", ignore=shutil.ignore_patterns("__pycache__"))
+    for extra in ("grammar", "specs"):
+        shutil.copytree(REPO / extra, root / extra)
+    return root / "autocompress"
+
+
+def _digests(pkg: Path) -> dict[tuple[str, str], str]:
+    cache.code_digest.cache_clear()
+    cache._closure.cache_clear()
+    return {(f, stage): cache.code_digest(*family_of(arch).code[stage], root=str(pkg))
+            for f, arch in FAMILIES.items() for stage in ("importance", "teacher")}
+
+
+def _edit(pkg: Path, pattern: str) -> list[Path]:
+    files = sorted(pkg.glob(pattern))
+    assert files, pattern
+    for f in files:
+        f.write_text(f.read_text() + "\n# an edit\n")
+    return files
+
+
+def _restore(files: list[Path]) -> None:
+    for f in files:
+        f.write_text(f.read_text().removesuffix("\n# an edit\n"))
+
+
+def test_the_copy_digests_as_the_package(tree):
+    assert _digests(tree) == _digests(cache.PACKAGE)
+
+
+@pytest.mark.parametrize("pattern", UNRELATED)
+def test_importance_and_teacher_keys_ignore_other_stages(tree, pattern):
+    before = _digests(tree)
+    files = _edit(tree, pattern)
+    try:
+        assert _digests(tree) == before
+    finally:
+        _restore(files)
+
+
+@pytest.mark.parametrize("pattern,changed", [
+    ("compress/hybrid_importance.py", {("gemma3", "importance")}),
+    ("compress/hybrid_permute.py", {("gemma3", "importance")}),
+    ("nn/gemma3.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
+    ("nn/hybrid.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
+    ("families/gemma3_load.py", {("gemma3", "importance"), ("gemma3", "teacher")}),  # the parent loader
+    ("families/_checkpoint.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
+    ("parents/hf_config.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),
+    ("compress/importance.py", {("llama", "importance"), ("gemma3", "importance")}),  # hybrid_importance uses it
+    ("compress/permute.py", {("llama", "importance"), ("gemma3", "importance")}),
+    ("nn/llama.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),  # llama's loader, RoPE, norms
+    ("compress/teacher.py", {("llama", "teacher"), ("gemma3", "teacher")}),
+    # the importance file's layout (``SEGMENTS``), which the stage writes and the search reads
+    ("feasibility/objective.py", {("llama", "importance"), ("gemma3", "importance")}),
+])
+def test_keys_change_with_the_code_the_stage_runs(tree, pattern, changed):
+    before = _digests(tree)
+    files = _edit(tree, pattern)
+    try:
+        after = _digests(tree)
+    finally:
+        _restore(files)
+    assert {k for k in before if before[k] != after[k]} == changed
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text", "mixtral", "qwen3_moe", "nemotron_h"])
+def test_every_family_keys_its_parent_loader_and_not_its_family_module(arch):
+    family = family_of(arch)
+    loader = family.load.__module__ if family.name != "llama" else "autocompress.nn.llama"
+    for stage in ("importance", "teacher"):
+        mods = cache.code_modules(*family.code[stage])
+        assert loader in mods
+        assert not {"autocompress.compress.search", "autocompress.compress.refine", "autocompress.compress.baseline",
+                    "autocompress.feasibility.assess", "autocompress.export.writer",
+                    f"autocompress.families.{family.name.replace('-', '_')}"} & set(mods), stage
