@@ -55,7 +55,11 @@ def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, ma
         kept = [b for b in arch.blocks if b.attention or b.ffn]
         kv = sorted({b.attention.kv_heads for b in kept if b.attention})
         width = sorted({b.ffn.width for b in kept if b.ffn and hasattr(b.ffn, "width")})
-        name = f"uniform: {len(kept)} layers, KV {'/'.join(map(str, kv)) or '-'}, FFN {'/'.join(map(str, width)) or '-'}"
+        ffns = sum(1 for b in kept if b.ffn)
+        # Gemma 3 under vLLM keeps every attention, so its depth cut removes MLPs only: say how many are left
+        mlps = f" ({ffns} with an FFN)" if ffns != len(kept) else ""
+        name = (f"uniform: {len(kept)} layers{mlps}, KV {'/'.join(map(str, kv)) or '-'}, "
+                f"FFN {'/'.join(map(str, width)) or '-'}")
         scored.append({"name": name, "kl": round(kl, 4), "hidden": d, "layers": len(kept),
                        "attention": sum(1 for b in arch.blocks if b.attention),
                        "ffn": sum(1 for b in arch.blocks if b.ffn), "prior": float(f"{prior:.4g}"), "arch": arch})

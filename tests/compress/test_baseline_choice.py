@@ -41,3 +41,15 @@ def test_the_budget_caps_the_measured_candidates_and_unexpressible_ones_are_skip
     assert len(ticks) == 2 == budget_of(2 * SELECT_ROWS)  # the progress bar moves once per measured candidate
     with pytest.raises(ValueError):
         measured_uniform(FRONTIER[:1], lambda i: 0.0, to_state, 900, 1)
+
+
+def test_a_depth_cut_that_removes_only_mlps_is_named_so():
+    """Gemma 3 under vLLM keeps every attention: candidates that differ in removed MLPs only must not
+    share one name (the build log listed five as "18 layers, KV 1, FFN 2048")."""
+    attn_only = Block(Attention(4, 1, 16), None)
+    full = Block(Attention(4, 1, 16), MLP(128))
+    a = Architecture("llama", 320, 64, 4, 16, False, (full, full, attn_only, full), 256, "t")
+    _, _, entry = measured_uniform([(a, None, 0.9, 64), (_arch(4, 1, 128), None, 0.8, 64)], lambda i: float(i),
+                                   lambda x: 0 if x is a else 1, max_evals=900, search_tokens=1)
+    names = [c["name"] for c in entry["candidates"]]
+    assert names == ["uniform: 4 layers (3 with an FFN), KV 1, FFN 128", "uniform: 4 layers, KV 1, FFN 128"]
