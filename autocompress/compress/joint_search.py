@@ -26,7 +26,7 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
                      imp, parent_arch, progress, ckpt_dir=None) -> dict:
     """The search stage's JSON for ``settings.strategy`` in (``router``, ``router-refine``)."""
     from autocompress.compress.router_v2 import train_router_v2
-    from autocompress.compress.search import _measures, arch_json, final_choice, search_configs
+    from autocompress.compress.search import _measures, arch_json, candidate_json, final_choice, search_configs
     from autocompress.compress.teacher import topk_kl
 
     log = progress.log
@@ -81,10 +81,7 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
                      "tokens": len(res.history) * b * T, "moved_from_prior": moved, "prior_kl": round(prior_kl, 4),
                      "final_kl": round(final_kl, 4), "first": first, "last": last}
     out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
-                     "tokens": 4 * b * T, "candidates": [
-                         {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
-                          "attention": sum(1 for a in c.state[1] if a), "ffn": sum(1 for f in c.state[2] if f)}
-                         for c in cands]}
+                     "tokens": 4 * b * T, "candidates": [candidate_json(c, net) for c in cands]}
     return out
 
 

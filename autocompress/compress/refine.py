@@ -57,6 +57,9 @@ class RefineConfig:
     max_moves: int = 12  # per round: one move frees ~1% of a bound, so a round is a batch, not all
     max_evals: int = 900  # measured forwards per greedy run (the budget; the run stops feasible-or-not)
     fill_rounds: int = 4
+    # width palettes tried from each greedy result when the profile prices distinct GEMM shapes
+    # (``compress.palette``): numbers of FFN widths; () turns them off
+    palette_sizes: tuple[int, ...] = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -73,9 +76,17 @@ class RefineResult:
     evals: int
 
 
-def costs(tables: list[CostTables], s: State) -> np.ndarray:
-    """Normalized bound values (1 = on the bound) of a discrete state, from the exact tables."""
-    return tables[s[0]].expected(*tables[s[0]].one_hot(s[1], s[2]))
+def costs(tables: list[CostTables], s: State, palette=None) -> np.ndarray:
+    """Normalized bound values (1 = on the bound) of a discrete state, from the exact tables.
+    ``palette`` (``compress.palette.Palette``): the state is one of the palette's, whose distinct
+    GEMM shapes are prepaid (charged once beyond what the relaxation charges); without one, the
+    relaxation's charge (the parent's count) stands and the exact re-check counts the rest."""
+    t = tables[s[0]]
+    e = t.expected(*t.one_hot(s[1], s[2]))
+    if palette is not None and t.shape_memory:
+        e = e.copy()
+        e[t.names.index("memory")] += (palette.prepaid - t.charged_shapes) * t.shape_memory
+    return e
 
 
 def violation(e: np.ndarray) -> float:
@@ -94,11 +105,14 @@ def apply(s: State, moves) -> State:
     return h, tuple(ca), tuple(cf)
 
 
-def down_moves(tables: list[CostTables], s: State, cfg: RefineConfig) -> list[Move]:
+def down_moves(tables: list[CostTables], s: State, cfg: RefineConfig, palette=None) -> list[Move]:
     """One step down per sub-block: KV heads one choice fewer (or removed), FFN ``ffn_steps``
-    grid steps narrower (or removed once at the narrowest); never a sub-block that must stay."""
+    grid steps narrower (or removed once at the narrowest); never a sub-block that must stay.
+    With a palette: the next smaller option the palette allows (or removed)."""
     h, ca, cf = s
     o = tables[h].options
+    if palette is not None:
+        return _palette_moves(o, s, palette, down=True)
     out = []
     for l, c in enumerate(ca):
         if c > 1:
@@ -113,13 +127,32 @@ def down_moves(tables: list[CostTables], s: State, cfg: RefineConfig) -> list[Mo
     return out
 
 
-def up_moves(tables: list[CostTables], s: State) -> list[Move]:
+def up_moves(tables: list[CostTables], s: State, palette=None) -> list[Move]:
     """One grid step up per sub-block (a removed one comes back at its smallest size): fine steps,
-    because the fill spends the small slack a coarse greedy round leaves."""
+    because the fill spends the small slack a coarse greedy round leaves. With a palette: the next
+    larger option it allows."""
     h, ca, cf = s
     o = tables[h].options
+    if palette is not None:
+        return _palette_moves(o, s, palette, down=False)
     return ([("a", l, c + 1) for l, c in enumerate(ca) if c + 1 < len(o.attn[l])]
             + [("f", l, c + 1) for l, c in enumerate(cf) if c + 1 < len(o.ffn[l])])
+
+
+def _palette_moves(o, s: State, palette, down: bool) -> list[Move]:
+    out = []
+    for kind, choice, allowed, removable in (("a", s[1], palette.attn, o.attn_removable),
+                                             ("f", s[2], palette.ffn, o.ffn_removable)):
+        for l, c in enumerate(choice):
+            if down:
+                nxt = max((x for x in allowed[l] if x < c), default=None)
+                if nxt == 0 and not removable[l]:
+                    continue
+            else:
+                nxt = min((x for x in allowed[l] if x > c), default=None)
+            if nxt is not None:
+                out.append((kind, l, nxt))
+    return out
 
 
 def rounds_left(v: float, cfg: RefineConfig, share: float | None = None) -> int:
@@ -137,31 +170,37 @@ def rounds_left(v: float, cfg: RefineConfig, share: float | None = None) -> int:
 
 def greedy(tables: list[CostTables], h: int, measure: Measure, cfg: RefineConfig,
            log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial,
-           progress: Progress | None = None, start: State | None = None) -> tuple[State | None, int]:
+           progress: Progress | None = None, start: State | None = None, palette=None,
+           name: str = "") -> tuple[State | None, int]:
     """Iterative measured pruning from the parent at hidden index ``h`` (or from ``start``, a state
-    at that hidden index: router v2's decode), then a measured fill. Returns (a state the tables
-    call feasible, or None within the budget; forwards spent). ``progress``: one task per run, in
-    rounds (the total re-estimated each round, ``rounds_left``)."""
+    at that hidden index: router v2's decode, a snapped palette state), then a measured fill.
+    Returns (a state the tables call feasible, or None within the budget; forwards spent).
+    ``palette``: moves stay within it and its shapes are charged (``compress.palette``).
+    ``progress``: one task per run, in rounds (the total re-estimated each round, ``rounds_left``)."""
     assert start is None or start[0] == h
-    with (progress or Progress()).task(f"refine hidden {tables[h].d}", unit="round") as bar:
-        return _greedy(tables, h, measure, cfg, log, bar, map_fn, start)
+    name = name or f"hidden {tables[h].d}"
+    with (progress or Progress()).task(f"refine {name}", unit="round") as bar:
+        return _greedy(tables, h, measure, cfg, log, bar, map_fn, start, palette, name)
 
 
-def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial, start=None) -> tuple[State | None, int]:
+def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial, start=None, palette=None,
+            name="") -> tuple[State | None, int]:
+    name = name or f"hidden {tables[h].d}"
+    cost = lambda st: costs(tables, st, palette)  # noqa: E731
     s = full_state(tables, h) if start is None else start
     q, evals = measure(s), 1
-    v = violation(costs(tables, s))
+    v = violation(cost(s))
     rnd, stale, v0 = 0, {}, v
     bar.set_total(rounds_left(v, cfg))
     while v > 1e-9:
-        moves = [m for m in down_moves(tables, s, cfg) if violation(costs(tables, apply(s, [m]))) < v - 1e-12]
+        moves = [m for m in down_moves(tables, s, cfg, palette) if violation(cost(apply(s, [m]))) < v - 1e-12]
         # lazy greedy: a move measured in an earlier round keeps its KL increase as an estimate.
         # New moves are measured; then the best estimate is re-measured until the best one is
         # fresh (measured in this model), which is picked; and so on up to the round's share.
-        gains = {m: v - violation(costs(tables, apply(s, [m]))) for m in moves}
+        gains = {m: v - violation(cost(apply(s, [m]))) for m in moves}
         new = [m for m in moves if m not in stale]
         if not moves or evals + len(new) > cfg.max_evals:
-            log(f"[refine] hidden {tables[h].d}: greedy stopped with violation {v:.3f} ({evals} forwards)")
+            log(f"[refine] {name}: greedy stopped with violation {v:.3f} ({evals} forwards)")
             return None, evals
         fresh = set(new)
         for m, kl in zip(new, map_fn(lambda m: measure(s, m), new)):
@@ -182,18 +221,18 @@ def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial, start=Non
             used.add((m[0], m[1]))
             removed += gains[m]
         if not picked:  # the budget ran out inside the round
-            log(f"[refine] hidden {tables[h].d}: greedy stopped with violation {v:.3f} ({evals} forwards)")
+            log(f"[refine] {name}: greedy stopped with violation {v:.3f} ({evals} forwards)")
             return None, evals
         s = apply(s, picked)
         q, evals = measure(s), evals + 1
-        v = violation(costs(tables, s))
+        v = violation(cost(s))
         rnd += 1
-        log(f"[refine] hidden {tables[h].d} round {rnd}: {len(picked)} moves, KL {q:.3f}, violation {v:.3f}")
+        log(f"[refine] {name} round {rnd}: {len(picked)} moves, KL {q:.3f}, violation {v:.3f}")
         observed = 1 - (v / v0) ** (1 / rnd) if v0 > 0 else None  # mean share removed per round
         bar.advance(total=rnd + rounds_left(v, cfg, observed), KL=f"{q:.3f}", violation=f"{v:.3f}", forwards=evals)
     for fill in range(cfg.fill_rounds):  # spend what the last round's overshoot left
         bar.set_total(rnd + cfg.fill_rounds - fill)
-        moves = [m for m in up_moves(tables, s) if violation(costs(tables, apply(s, [m]))) <= 1e-9]
+        moves = [m for m in up_moves(tables, s, palette) if violation(cost(apply(s, [m]))) <= 1e-9]
         if not moves or evals + len(moves) > cfg.max_evals + 64:
             break
         best = min(zip(map_fn(lambda m: measure(s, m), moves), moves), key=lambda x: x[0])
@@ -201,10 +240,35 @@ def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial, start=Non
         if best[0] >= q:
             break
         s, q = apply(s, [best[1]]), best[0]
-        log(f"[refine] hidden {tables[h].d} fill: KL {q:.3f}")
+        log(f"[refine] {name} fill: KL {q:.3f}")
         bar.advance(KL=f"{q:.3f}", forwards=evals)
     bar.set_total(bar.state.done)  # the fill stopped early: the run is done
     return s, evals
+
+
+def _palettes(tables, h, s, search_kl, cfg, log, map_fn, progress, cands) -> int:
+    """Where the profile prices distinct GEMM shapes, the greedy result's palettes of
+    ``cfg.palette_sizes`` widths, each refit by the greedy within it: candidates beside it (the
+    measured choice trades heterogeneity against its memory). Returns the forwards spent."""
+    from autocompress.compress.palette import palette_start
+
+    t, evals, seen = tables[h], 0, set()
+    if not t.shape_memory or "memory" not in t.names:
+        return 0
+    for k in cfg.palette_sizes:
+        got = palette_start(t, s, k)
+        if got is None or got[0].widths in seen:  # no fewer widths than the result has, or a repeat
+            continue
+        p, start = got
+        seen.add(p.widths)
+        name = f"palette {len(p.widths)} (hidden {t.d})"
+        log(f"[refine] {name}: {p.label()}, {p.prepaid} GEMM shapes prepaid (the greedy result has "
+            f"{t.shape_count(s[1], s[2])})")
+        found, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress, start=start, palette=p, name=name)
+        evals += n
+        if found is not None:
+            cands[name] = found
+    return evals
 
 
 def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure,
@@ -221,6 +285,7 @@ def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure
         evals += n
         if s is not None:
             cands[f"greedy (hidden {tables[h].d})"] = s
+            evals += _palettes(tables, h, s, search_kl, cfg, log, map_fn, progress, cands)
     unique = list(dict.fromkeys(cands.values()))  # same architecture under two names: measure once
     with (progress or Progress()).task("refine: measure candidates", total=len(unique), unit="candidate") as bar:
 

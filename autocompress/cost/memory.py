@@ -127,25 +127,31 @@ def gemm_shapes(arch: Architecture, tp: int = 1) -> int:
     """Distinct (out, in) weight shapes of the linear layers the engine runs: fused QKV, output
     projection, fused gate/up (or up), down, Mamba2 in/out projections, MoE routers and shared
     experts (routed experts run fused_moe, not one GEMM per layer), and the LM head."""
-    d = arch.hidden_size
-    shapes = {("lm_head", arch.vocab_size // tp, d)}
+    shapes = {("lm_head", arch.vocab_size // tp, arch.hidden_size)}
     for b in arch.blocks:
-        m, f = b.mixer, b.ffn
-        if isinstance(m, Attention):
-            shapes.add(("qkv", (m.q_heads + 2 * kv_heads_per_rank(m.kv_heads, tp)) * m.head_dim, d))
-            shapes.add(("o", d, m.q_heads * m.head_dim // tp))
-        elif isinstance(m, Mamba2):
-            shapes.add(("in", (2 * m.d_inner + 2 * m.groups * m.state_size + m.heads) // tp, d))
-            shapes.add(("out", d, m.d_inner // tp))
-        if isinstance(f, MLP):
-            shapes.add(("up", (2 if f.gated else 1) * f.width // tp, d))
-            shapes.add(("down", d, f.width // tp))
-        elif isinstance(f, MoE):
-            shapes.add(("router", f.experts, d))
-            if f.shared_experts:
-                shapes.add(("shared_up", (2 if f.gated else 1) * f.shared_experts * f.shared_width // tp, d))
-                shapes.add(("shared_down", d, f.shared_experts * f.shared_width // tp))
+        shapes |= sub_block_gemm_shapes(b.mixer, arch.hidden_size, tp) | sub_block_gemm_shapes(b.ffn, arch.hidden_size, tp)
     return len(shapes)
+
+
+def sub_block_gemm_shapes(sub, d: int, tp: int = 1) -> frozenset:
+    """The weight shapes one mixer or FFN (``None``: removed) contributes to ``gemm_shapes`` at
+    hidden size ``d``; the search's cost tables count a state's shapes from these (``compress.tables``)."""
+    shapes = set()
+    if isinstance(sub, Attention):
+        shapes.add(("qkv", (sub.q_heads + 2 * kv_heads_per_rank(sub.kv_heads, tp)) * sub.head_dim, d))
+        shapes.add(("o", d, sub.q_heads * sub.head_dim // tp))
+    elif isinstance(sub, Mamba2):
+        shapes.add(("in", (2 * sub.d_inner + 2 * sub.groups * sub.state_size + sub.heads) // tp, d))
+        shapes.add(("out", d, sub.d_inner // tp))
+    elif isinstance(sub, MLP):
+        shapes.add(("up", (2 if sub.gated else 1) * sub.width // tp, d))
+        shapes.add(("down", d, sub.width // tp))
+    elif isinstance(sub, MoE):
+        shapes.add(("router", sub.experts, d))
+        if sub.shared_experts:
+            shapes.add(("shared_up", (2 if sub.gated else 1) * sub.shared_experts * sub.shared_width // tp, d))
+            shapes.add(("shared_down", d, sub.shared_experts * sub.shared_width // tp))
+    return frozenset(shapes)
 
 
 def _widest(arch: Architecture, tp: int) -> float:

@@ -85,9 +85,10 @@ def render_build_markdown(r: dict) -> str:
         out += ["", f"### Candidates (KL to the parent before distillation, measured on {ref.get('tokens', '?')} "
                     f"training tokens the greedy never saw; {ref['forwards']} forwards"
                     + (f", {ref['seconds']} s" if ref.get("seconds") is not None else "") + ")", "",
-                "| candidate | hidden | attention | FFN | KL |", "|---|---|---|---|---|"]
-        out += [f"| {c['name']} | {c['hidden']} | {c['attention']} | {c['ffn']} | {c['kl']:.3f} |"
-                for c in sorted(ref["candidates"], key=lambda c: c["kl"])]
+                "| candidate | hidden | attention | FFN | FFN widths | GEMM shapes | KL |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {c['name']} | {c['hidden']} | {c['attention']} | {c['ffn']} | {c.get('ffn_widths', '-')} | "
+                f"{c.get('shapes', '-')} | {c['kl']:.3f} |" for c in sorted(ref["candidates"], key=lambda c: c["kl"])]
     out += ["", "### Quality retained (measured on held-out data)", "",
             "| data | tokens | parent ppl | student ppl | KL(parent‖student) | top-1 agreement |",
             "|---|---|---|---|---|---|"]

