@@ -67,7 +67,7 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     for c in cands:
         log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
     log(f"[refine] (reference, not a candidate) the cvxpy point: KL {prior_kl:.3f}")
-    arch, how = final_choice(cands, net, spec, derived, relaxes, feas, log)
+    arch, how = final_choice(cands, net, spec, derived, relaxes, feas, log, select_kl)
     final = net.indices_of(arch)
     final_kl = next((c.kl for c in cands if c.state == final), None)
     if final_kl is None:  # repaired by the exact cost model: what is built is measured too

@@ -304,3 +304,39 @@ def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure
     evals += len(seen)
     best = min(scored, key=lambda c: c.kl)
     return RefineResult(best, tuple(scored), evals)
+
+
+@dataclass(frozen=True)
+class Choice:
+    arch: object  # what is built
+    kl: float  # its KL on the selection rows (re-measured after a repair where a measure is given)
+    how: str
+    repaired: tuple[str, ...]  # one line per candidate the exact model repaired, for the log
+
+
+def choose(candidates, check, repair, measure=None) -> Choice | None:
+    """The final choice: every candidate through the exact model (``check(c) -> (arch, ok)``); an
+    over-bound one repaired (``repair(arch) -> (arch, moves)`` or None) and, with ``measure(arch)``,
+    re-measured as repaired; the least KL among what passes. Without ``measure`` a repaired
+    candidate keeps its measured KL (the old rule, for callers without selection rows)."""
+    passed, notes = [], []
+    for c in sorted(candidates, key=lambda c: c.kl):
+        arch, ok = check(c)
+        if ok:
+            passed.append(Choice(arch, c.kl, f"measured choice: {c.name}, KL {c.kl:.3f}", ()))
+            continue
+        fixed = repair(arch)
+        if fixed is None:
+            notes.append(f"{c.name}: over a bound, and the repair found nothing within it")
+            continue
+        arch, moves = fixed
+        kl = measure(arch) if measure is not None else c.kl
+        notes.append(f"{c.name}: over a bound for the exact model, {moves} greedy repair moves, KL {c.kl:.3f} -> "
+                     f"{kl:.3f}" if measure is not None else f"{c.name}: {moves} greedy repair moves")
+        passed.append(Choice(arch, kl, f"measured choice: {c.name}, KL {c.kl:.3f}, then {moves} greedy repair moves"
+                             + (f" (KL {kl:.3f} as repaired)" if measure is not None else ""), ()))
+    if not passed:
+        return None
+    best = min(passed, key=lambda x: x.kl)
+    return Choice(best.arch, best.kl, best.how, tuple(notes))
+

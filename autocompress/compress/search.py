@@ -173,7 +173,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     # the measured forwards are independent: under a launcher they are split over the ranks
     ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress)
     t_ref = time.perf_counter() - t_ref
-    arch, how = final_choice(ref.candidates, net, spec, derived, relaxes, feas, log)
+    arch, how = final_choice(ref.candidates, net, spec, derived, relaxes, feas, log, select_kl)
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
     out["how"] = how
     out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
@@ -196,22 +196,30 @@ def candidate_json(c, net) -> dict:
             "shapes": gemm_shapes(arch)}
 
 
-def final_choice(candidates, net, spec, derived, relaxes, feas, log) -> tuple:
-    """(architecture, how): the candidate of least KL that the exact cost model accepts (after a
-    greedy repair where it is over), else the cvxpy start; the exact model has the last word."""
-    arch = ev = None
-    for cand in sorted(candidates, key=lambda c: c.kl):
-        arch = net.architecture(*cand.state)
-        ev = evaluate(arch, spec, derived.profile, derived.device, derived.limits)
-        how = f"measured choice: {cand.name}, KL {cand.kl:.3f}"
-        if not ev.ok:
-            arch, ev, moves = repair_and_fill(relaxes[arch.hidden_size], arch, derived.profile, derived.device,
-                                              fill=False)
-            how += f", then {moves} greedy repair moves"
-        if ev.ok:
-            break
-    if ev is None or not ev.ok:
-        arch, ev, how = feas.start.evaluation.arch, feas.start.evaluation, "cvxpy starting point (no candidate passed)"
+def final_choice(candidates, net, spec, derived, relaxes, feas, log, select_kl=None) -> tuple:
+    """(architecture, how): the candidate of least KL among those the exact cost model accepts,
+    each over-bound one after a greedy repair and, given ``select_kl``, re-measured as repaired (a
+    repaired candidate's KL before its repair says nothing about what is built: the free greedy's
+    extra GEMM shapes are charged only here, and its repair can cost more than a palette's KL);
+    else the cvxpy start. The exact model has the last word (``refine.choose``)."""
+    from autocompress.compress.refine import choose
+
+    def check(c):
+        arch = net.architecture(*c.state)
+        return arch, evaluate(arch, spec, derived.profile, derived.device, derived.limits).ok
+
+    def repair(arch):
+        arch, ev, moves = repair_and_fill(relaxes[arch.hidden_size], arch, derived.profile, derived.device, fill=False)
+        return (arch, moves) if ev.ok else None
+
+    measure = (lambda arch: select_kl(net.indices_of(arch))) if select_kl is not None else None
+    picked = choose(candidates, check, repair, measure)
+    if picked is None:
+        arch, how = feas.start.evaluation.arch, "cvxpy starting point (no candidate passed)"
+    else:
+        arch, how = picked.arch, picked.how
+        for r in picked.repaired:
+            log(f"[search] {r}")
     moved = sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
     how += f" ({moved} of {arch.num_layers} layers differ from the cvxpy start)"
     log(f"[search] {how}: hidden {arch.hidden_size}, {arch.params() / 1e6:.1f}M params")

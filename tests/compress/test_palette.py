@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from autocompress.compress.palette import kmeans_1d, make_palette, palette_start
-from autocompress.compress.refine import RefineConfig, costs, greedy, of_states, refine, violation
+from autocompress.compress.refine import RefineConfig, Scored, choose, costs, greedy, of_states, refine, violation
 from autocompress.compress.tables import CostTables
 from autocompress.plan.options import LayerOptions as Options
 
@@ -75,8 +75,8 @@ def test_palette_start_snaps_to_the_nearest_width_and_skips_what_changes_nothing
     t = tables()[0]
     s = (0, A0, (1, 2, 7, 8, 8, 0, 3, 8))
     p, start = palette_start(t, s, 2)
-    assert len(p.widths) == 2 and widths_of(start) <= set(p.widths)
-    assert start[2][5] == 0  # a removed FFN stays removed
+    assert p.widths == (128, 512)  # clusters {64, 128, 192} and {448, 512 x 3}: centres 128, 493 -> 512
+    assert [WIDTHS[c] for c in start[2]] == [128, 128, 512, 512, 512, 0, 128, 512]  # nearest; removed stays
     assert palette_start(t, (0, A0, (4,) * L), 1) is None  # one width already
 
 
@@ -93,7 +93,29 @@ def test_the_free_greedy_is_over_once_its_shapes_are_counted_and_a_palette_is_no
         k = int(name.split()[1])
         assert len(widths_of(s)) <= k
         assert exact_memory(t[0], s) <= 1 + 1e-9  # prepaid >= the real count: feasible for the exact model
-    assert res.evals > len(by)  # the palette greedies' forwards are counted
+    without = refine(t, {"parent": (0, A0, (8,) * L)}, of_states(kl), kl, RefineConfig(palette_sizes=()))
+    assert not any(c.name.startswith("palette") for c in without.candidates)
+    assert res.evals > without.evals + len(pal)  # the palette greedies' forwards are counted
+    # the final choice: the exact model rejects the free greedy (its shapes) and nothing repairs it
+    # here, so the least KL among what passes is a palette; by KL alone the free greedy would win
+    picked = choose(res.candidates, lambda c: (c.state, exact_memory(t[0], c.state) <= 1 + 1e-9), lambda a: None)
+    assert picked.arch in pal.values() and picked.kl > by_kl(res)["greedy (hidden 256)"]
+
+
+def by_kl(res):
+    return {c.name: c.kl for c in res.candidates}
+
+
+def test_choose_ranks_a_repaired_candidate_by_its_kl_as_repaired():
+    cands = [Scored("free", "F", 0.3), Scored("palette", "P", 0.5)]
+    check = lambda c: (c.state, c.state != "F")  # noqa: E731  (the free one is over a bound)
+    repair = lambda a: ("F repaired", 4)  # noqa: E731
+    got = choose(cands, check, repair, measure=lambda a: 0.9)
+    assert got.arch == "P" and got.kl == 0.5 and "KL 0.300 -> 0.900" in got.repaired[0]
+    assert choose(cands, check, repair, measure=lambda a: 0.4).arch == "F repaired"
+    old_rule = choose(cands, check, repair)  # without a measure: the KL before the repair stands
+    assert old_rule.arch == "F repaired" and old_rule.kl == 0.3
+    assert choose(cands, lambda c: (c.state, False), lambda a: None) is None
 
 
 def test_palette_greedy_moves_stay_inside_the_palette():
@@ -104,6 +126,40 @@ def test_palette_greedy_moves_stay_inside_the_palette():
                   palette=p)
     assert s is not None and violation(costs(t, s, p)) == 0
     assert all(widths_of(st) <= {192, 448} for st in seen)
+    assert all(t[0].shape_count(st[1], st[2]) <= p.prepaid for st in seen)
+
+
+def with_attention():
+    """The same tables with attention: KV options 1-4 per layer (qkv shape per count), layer 0's
+    attention not removable."""
+    t = tables()[0]
+    kv = (0, 1, 2, 3, 4)
+    opts = Options(attn=(kv,) * L, ffn=t.options.ffn, attn_removable=(False,) + (True,) * (L - 1),
+                   ffn_removable=t.options.ffn_removable)
+    attn = np.zeros((1, L, len(kv)))
+    attn[0, :, :] = 0.01 * np.arange(len(kv))
+    shapes = (tuple(tuple(frozenset() if k == 0 else frozenset({("qkv", 64 * (4 + 2 * k), D), ("o", D, 256)})
+                          for k in kv) for _ in range(L)), t.shapes[1])
+    return [CostTables(D, ("memory",), np.array([0.2]), attn, t.ffn, np.zeros(1), opts, shapes=shapes,
+                       fixed_shapes=t.fixed_shapes, charged_shapes=5, shape_memory=t.shape_memory)]
+
+
+def test_palettes_keep_the_results_kv_counts_and_never_remove_what_must_stay():
+    t = with_attention()
+    sens_a = [0.5, 0.01, 0.3, 0.02, 0.2, 0.05, 0.4, 0.03]
+    measure = lambda st: kl(st) + sum(a * (4 - c) ** 2 * 0.05 for a, c in zip(sens_a, st[1]))  # noqa: E731
+    seen = []
+    res = refine(t, {"parent": (0, (4,) * L, (8,) * L)}, of_states(lambda st: seen.append(st) or measure(st)),
+                 measure)
+    by = {c.name: c.state for c in res.candidates}
+    free, pal = by["greedy (hidden 256)"], {n: s for n, s in by.items() if n.startswith("palette")}
+    assert pal and len({c for c in free[1] if c}) >= 2  # the free result mixes KV counts
+    kv_free = {c for c in free[1] if c}
+    for s in pal.values():
+        assert s[1][0] != 0  # layer 0's attention stays
+        assert {c for c in s[1] if c} <= kv_free  # KV counts of the palette: the free result's
+        assert exact_memory(t[0], s) <= 1 + 1e-9
+    assert all(st[1][0] != 0 for st in seen)
 
 
 def test_no_palettes_without_a_shape_price():
