@@ -81,7 +81,8 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
                      "tokens": len(res.history) * b * T, "moved_from_prior": moved, "prior_kl": round(prior_kl, 4),
                      "final_kl": round(final_kl, 4), "first": first, "last": last}
     out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
-                     "tokens": 4 * b * T, "candidates": [candidate_json(c, net) for c in cands]}
+                     "tokens": 4 * b * T, "candidates": [candidate_json(c, net, spec.target.tensor_parallel)
+                                                           for c in cands]}
     return out
 
 

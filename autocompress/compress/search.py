@@ -179,11 +179,11 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
                      "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
     out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq,
-                     "candidates": [candidate_json(c, net) for c in ref.candidates]}
+                     "candidates": [candidate_json(c, net, spec.target.tensor_parallel) for c in ref.candidates]}
     return out
 
 
-def candidate_json(c, net) -> dict:
+def candidate_json(c, net, tp: int = 1) -> dict:
     """A measured candidate as the report lists it: sizes, distinct FFN widths and GEMM shapes
     (what a palette limits, ``compress.palette``), and its KL."""
     from autocompress.cost.memory import gemm_shapes
@@ -193,7 +193,7 @@ def candidate_json(c, net) -> dict:
     return {"name": c.name, "kl": round(c.kl, 4), "hidden": net.hidden_grid[c.state[0]],
             "attention": sum(1 for a in c.state[1] if a), "ffn": sum(1 for f in c.state[2] if f),
             "ffn_widths": len({b.ffn.width for b in arch.blocks if isinstance(b.ffn, MLP)}),
-            "shapes": gemm_shapes(arch)}
+            "shapes": gemm_shapes(arch, tp)}  # per GPU, as the profile charges them
 
 
 def final_choice(candidates, net, spec, derived, relaxes, feas, log, select_kl=None) -> tuple:
