@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +163,21 @@ def _index(inter, predicted, workload: str, metric: str) -> float | None:
     return inter.absolute[inter.reference][workload][METRIC_SAMPLE[metric]] / pred.predicted
 
 
+def _per_pass(inter, name: str, metric: str, workload: str | None) -> list[float]:
+    """The model's value over ``name``'s, pass by pass (runs of one pass are minutes apart): the A/B
+    ratio measured directly, without the reference between. On this host the parent's TPOT swung
+    56-90 ms within one verify while both Gemma arms held 50-53 ms, so an A/B read through the
+    parent's ratios inherits the parent's noise (docs/decisions.md, sixth session)."""
+    def value(run_index: int, model: str) -> float:
+        res = inter.results[model][run_index]
+        if metric == "memory":
+            return float(res["peak_rss_bytes"])
+        return statistics.fmean(m[METRIC_SAMPLE[metric]] for m in res["measurements"] if m["workload"] == workload)
+
+    n = min(len(inter.results.get("model", ())), len(inter.results.get(name, ())))
+    return [value(i, "model") / value(i, name) for i in range(n)]
+
+
 def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_note: str) -> dict:
     ev = predicted["model"]
     rows = []
@@ -184,7 +200,8 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
                       if n not in ("model", inter.reference)}
             if others:
                 row["others"] = {n: {"measured": v, "pass": _holds(c.op, c.bound, v),
-                                     "predicted": next(x for x in predicted[n].checks if x.name == c.name).predicted}
+                                     "predicted": next(x for x in predicted[n].checks if x.name == c.name).predicted,
+                                     "model_over_this": _per_pass(inter, n, c.metric, c.workload)}
                                  for n, v in others.items()}
         rows.append(row)
     build_report = out / "autocompress-report.json"

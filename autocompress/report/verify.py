@@ -63,11 +63,18 @@ def render_verify_markdown(r: dict) -> str:
         others = sorted({n for b in r["bounds"] for n in (b.get("others") or {})})
         if others:
             out += ["", "Measured in the same run (interleaved, same engine settings):", "",
-                    "| bound | model | " + " | ".join(others) + " |", "|---|---|" + "---|" * len(others)]
+                    "| bound | model | " + " | ".join(f"{n} | model / {n}, per pass" for n in others) + " |",
+                    "|---|---|" + "---|---|" * len(others)]
             for b in r["bounds"]:
-                cells = [f"{fmt_value(b['metric'], b['others'][n]['measured'])} ({_yes(b['others'][n]['pass'])})"
-                         for n in others]
+                cells = []
+                for n in others:
+                    o = b["others"][n]
+                    per = o.get("model_over_this") or []
+                    ab = (f"**{sum(per) / len(per):.3f}** ({', '.join(f'{x:.3f}' for x in per)})" if per else "-")
+                    cells.append(f"{fmt_value(b['metric'], o['measured'])} ({_yes(o['pass'])}) | {ab}")
                 out.append(f"| {b['name']} | {fmt_value(b['metric'], b['measured'])} | " + " | ".join(cells) + " |")
+            out += ["", "model / other: the two measured in the same pass, minutes apart, with no reference between "
+                        "them in the quotient (> 1: the model is dearer for a latency or memory bound)."]
         out += ["", "Memory is the serving process's peak resident memory (VmHWM). Latencies: the mean over runs of "
                     "each run's median, unless the bound names a percentile (all samples pooled)."]
     else:

@@ -150,6 +150,10 @@ def test_measured_verify_reports_ratios_the_host_index_and_the_corrected_verdict
     assert tpot["pass_corrected"] is True
     assert tpot["ratio_measured"] == pytest.approx(0.06 / pred_parent)
     assert tpot["others"]["baseline (uniform)"]["measured"] == pytest.approx(0.05 * slow)
+    assert tpot["others"]["baseline (uniform)"]["model_over_this"] == pytest.approx([0.06 / 0.05])  # A/B directly
+    mem = next(b for b in res.report["bounds"] if b["metric"] == "memory")
+    assert mem["others"]["baseline (uniform)"]["model_over_this"] == pytest.approx([1.0])
     assert res.exit_code == 1  # judged on the absolute measurement
     md = (out / "verify-report.md").read_text()
     assert "**The corrected verdict differs** for chat.tpot" in md and "| baseline (uniform) |" in md
+    assert "| model / baseline (uniform), per pass |" in md and "**1.200** (1.200)" in md
