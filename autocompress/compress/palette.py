@@ -108,3 +108,28 @@ def palette_start(t: CostTables, s: State, k: int) -> tuple[Palette, State] | No
         w = o.ffn[l][c]
         snapped.append(min(p.ffn[l][1:], key=lambda x: (abs(o.ffn[l][x] - w), -x)))
     return p, (s[0], s[1], tuple(snapped))
+
+
+def palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cands) -> int:
+    from autocompress.compress.refine import greedy  # refine calls this module: import at use
+
+    """Where the profile prices distinct GEMM shapes, the greedy result's palettes of
+    ``cfg.palette_sizes`` widths, each refit by the greedy within it: candidates beside it (the
+    measured choice trades heterogeneity against its memory). Returns the forwards spent."""
+    t, evals, seen = tables[h], 0, set()
+    if not t.shape_memory or "memory" not in t.names:
+        return 0
+    for k in cfg.palette_sizes:
+        got = palette_start(t, s, k)
+        if got is None or got[0].widths in seen:  # no fewer widths than the result has, or a repeat
+            continue
+        p, start = got
+        seen.add(p.widths)
+        name = f"palette {len(p.widths)} (hidden {t.d})"
+        log(f"[refine] {name}: {p.label()}, {p.prepaid} GEMM shapes prepaid (the greedy result has "
+            f"{t.shape_count(s[1], s[2])})")
+        found, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress, start=start, palette=p, name=name)
+        evals += n
+        if found is not None:
+            cands[name] = found
+    return evals

@@ -246,31 +246,6 @@ def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial, start=Non
     return s, evals
 
 
-def _palettes(tables, h, s, search_kl, cfg, log, map_fn, progress, cands) -> int:
-    """Where the profile prices distinct GEMM shapes, the greedy result's palettes of
-    ``cfg.palette_sizes`` widths, each refit by the greedy within it: candidates beside it (the
-    measured choice trades heterogeneity against its memory). Returns the forwards spent."""
-    from autocompress.compress.palette import palette_start
-
-    t, evals, seen = tables[h], 0, set()
-    if not t.shape_memory or "memory" not in t.names:
-        return 0
-    for k in cfg.palette_sizes:
-        got = palette_start(t, s, k)
-        if got is None or got[0].widths in seen:  # no fewer widths than the result has, or a repeat
-            continue
-        p, start = got
-        seen.add(p.widths)
-        name = f"palette {len(p.widths)} (hidden {t.d})"
-        log(f"[refine] {name}: {p.label()}, {p.prepaid} GEMM shapes prepaid (the greedy result has "
-            f"{t.shape_count(s[1], s[2])})")
-        found, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress, start=start, palette=p, name=name)
-        evals += n
-        if found is not None:
-            cands[name] = found
-    return evals
-
-
 def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure,
            select_kl: Callable[[State], float], cfg: RefineConfig = RefineConfig(),
            log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial,
@@ -278,6 +253,8 @@ def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure
     """Greedy runs at the seeds' hidden sizes, then the measured choice among seeds and greedy
     results. ``search_kl`` and ``select_kl`` measure on disjoint rows, so the greedy results are
     not favoured by having been tuned on the rows that judge them."""
+    from autocompress.compress.palette import palette_candidates
+
     cands = dict(seeds)
     evals = 0
     for h in sorted({s[0] for s in seeds.values()}):
@@ -285,7 +262,7 @@ def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure
         evals += n
         if s is not None:
             cands[f"greedy (hidden {tables[h].d})"] = s
-            evals += _palettes(tables, h, s, search_kl, cfg, log, map_fn, progress, cands)
+            evals += palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cands)
     unique = list(dict.fromkeys(cands.values()))  # same architecture under two names: measure once
     with (progress or Progress()).task("refine: measure candidates", total=len(unique), unit="candidate") as bar:
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from autocompress.feasibility._numeric import layer_terms, move_deltas, numeric, relaxed_batch
 from autocompress.feasibility.exact import Evaluation, evaluate
+from autocompress.feasibility.shapes import shape_count as _shape_count, shape_price as _shape_price
 from autocompress.feasibility.metrics import A, G, K, W, Relaxation
 from autocompress.ir import MLP, Architecture, Attention, Block, MoE
 
@@ -135,25 +136,6 @@ def _layers(relax: Relaxation) -> dict:
         cache["drop_a"], cache["drop_g"] = lo[A * L:(A + 1) * L] < 1, lo[G * L:(G + 1) * L] < 1
         cache["hi_a"], cache["hi_k"] = hi[A * L:(A + 1) * L] > 0, hi[K * L:(K + 1) * L]
     return cache
-
-
-def _shape_price(relax: Relaxation) -> float:
-    """Normalized memory per distinct GEMM shape (0 where the profile prices none), with the
-    safety margin's fraction the exact model applies to all non-KV memory."""
-    mt = relax.profile.memory
-    if not mt.gemm_shape_bytes or "memory" not in numeric(relax)["names"]:
-        return 0.0
-    return (1 + mt.margin_fraction) * mt.gemm_shape_bytes / relax.mem_limit
-
-
-def _shape_count(relax: Relaxation, x: np.ndarray) -> int:
-    """The distinct shapes x's compressible sub-blocks have (a QKV shape per KV-head count, one
-    output projection, up and down per FFN width); the rest of the model is the parent's in every
-    point, so differences of this count are differences of ``gemm_shapes``."""
-    L, blocks = relax.L, relax.parent.blocks
-    kv = {round(float(x[K * L + l])) for l in range(L) if isinstance(blocks[l].mixer, Attention) and x[A * L + l]}
-    widths = {round(float(x[W * L + l])) for l in range(L) if isinstance(blocks[l].ffn, MLP) and x[G * L + l]}
-    return len(kv) + bool(kv) + 2 * len(widths)
 
 
 def _true(relax: Relaxation, X: np.ndarray) -> np.ndarray:
