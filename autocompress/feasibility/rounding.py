@@ -143,7 +143,9 @@ def _true(relax: Relaxation, X: np.ndarray) -> np.ndarray:
     vals = relaxed_batch(relax, X)
     price = _shape_price(relax)
     if price:
-        base = _shape_count(relax, relax.at)
+        if "_parent_shapes" not in relax.__dict__:  # once per relaxation: _true runs in the repair's loops
+            relax.__dict__["_parent_shapes"] = _shape_count(relax, relax.at)
+        base = relax.__dict__["_parent_shapes"]
         vals = vals.copy()
         vals[:, -1] += np.array([_shape_count(relax, x) - base for x in X]) * price
     return vals
