@@ -90,6 +90,7 @@ class Profile:
     path: str = ""
     machine: dict | None = None  # CPU profiles: the machine it was measured on (cost.machine)
     reference: dict | None = None  # the reference model measured at calibration (host-speed index)
+    margin_basis: dict | None = None  # how a calibration derived the memory margin (measure.margin)
 
     def eff(self, op_class: str) -> Efficiency:
         """Efficiencies for an op class (falls back to the overall pair)."""
@@ -125,6 +126,7 @@ class Profile:
             kernel=KernelConstants(**{k: float(v) for k, v in data["kernel"].items()}),
             memory=MemoryTerms(**data["memory"]), known_error=known, path=str(path),
             machine=data.get("machine"), reference=data.get("reference"),
+            margin_basis=(data.get("measurement") or {}).get("margin"),
         )
 
 

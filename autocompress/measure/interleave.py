@@ -93,7 +93,8 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
         bar.advance()
         med = medians(res)
         out.runs.append({"model": name, "pass": p, "started": started, "medians": med, "other_cpu": busy,
-                         "busy": busy > max_other_cpu, "attempts": attempt + 1})
+                         "busy": busy > max_other_cpu, "attempts": attempt + 1,
+                         "peak_rss_bytes": res["peak_rss_bytes"]})
         rss[name].append(res["peak_rss_bytes"])
         out.results.setdefault(name, []).append(res)
         log(f"[measure] {done}/{total} {name} (pass {p + 1}/{passes}): " + ", ".join(

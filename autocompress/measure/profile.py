@@ -16,7 +16,7 @@ import datetime as _dt
 import json
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -48,6 +48,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     from autocompress.lang.model import ParentRef, Target
     from autocompress.measure.calibration import calibration_sets, measure_sets, normalized_rows, workloads
     from autocompress.measure.fit import errors, fit_profile, profile_dict, ratio_errors, summary
+    from autocompress.measure.margin import safety_margin
     from autocompress.measure.presence import engine_available, hardware_present
     from autocompress.parents.resolve import resolve_parent
 
@@ -88,7 +89,13 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     calib, heldout = rows[:len(cal)], rows[len(cal):]
     base = load_profile(PROFILE_DIR / f"{device.kind}-{engine}-default.json", device, engine)  # the fit's start
     fitted = fit_profile(calib, base, target, log=log)
-    known = summary(errors(heldout, fitted, target))
+    mem_errors = errors(heldout, fitted, target)
+    known = summary(mem_errors)
+    # the margin from this calibration's evidence, not the default's guess (measure.margin)
+    ref_rss = [r["peak_rss_bytes"] for r in inter.results.get(cal[0].name, [])]
+    mf, mb, margin_basis = safety_margin(mem_errors["memory"], ref_rss, fitted.memory.margin_fraction,
+                                         fitted.memory.margin_bytes)
+    fitted = replace(fitted, memory=replace(fitted.memory, margin_fraction=mf, margin_bytes=mb))
     known.update({f"ratio.{k}": v for k, v in summary(ratio_errors(heldout, rows[0], inter, fitted, target)).items()})
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
     doc = profile_dict(
@@ -98,7 +105,8 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
         f"{len(held)} held-out architectures derived from {model} x {len(workloads())} workloads, each measured "
         f"interleaved with the parent and fitted on drift-normalized values; {precision}; threads {threads}; "
         f"{platform.machine()} {os.cpu_count()} cores; known_error is measured on the held-out architectures "
-        "(ratio.*: the predicted ratio to the parent against the measured one)", created)
+        "(ratio.*: the predicted ratio to the parent against the measured one); the memory margin "
+        f"({mf:.1%} + {mb / 2**20:.0f} MiB) is derived from this calibration (measurement.margin)", created)
     doc["hardware"] = hardware
     if device.kind == "cpu":
         doc["machine"] = this_machine(engine).as_dict()
@@ -109,7 +117,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     # fit can be checked or redone from the file without another hour of engine time
     doc["measurement"] = {"seconds": round(inter.seconds, 1), "runs": len(inter.runs),
                           "calibration": [a.name for a in cal], "heldout": [a.name for a in held],
-                          "interleaved": inter.as_dict()}
+                          "interleaved": inter.as_dict(), "margin": margin_basis}
     Profile.from_dict(doc, str(out))  # validates against the schema before anything is written
     atomic_write_text(Path(out), json.dumps(doc, indent=2) + "\n")
     for k, v in known.items():

@@ -56,6 +56,7 @@ def derive(spec, parent: Architecture, base_dir: str = ".") -> Derived:
         ("device", device.name, device.source),
         ("cost-model profile", profile.name, where[1]),
     ]
+    rows.append(margin_row(profile))
     if t.engine == "vllm":
         rows.append(("max_num_seqs", str(limits.max_num_seqs), "the contract's largest concurrency (vLLM's default "
                      "would size the profile run and CUDA graphs for hundreds of sequences)"))
@@ -65,3 +66,20 @@ def derive(spec, parent: Architecture, base_dir: str = ".") -> Derived:
             rows.append(("CUDA graphs", "on", "vLLM V1 default (FULL_AND_PIECEWISE)"))
     rows += list(space.derivation)
     return Derived(device, profile, limits, space, tuple(rows), where)
+
+
+def margin_row(profile) -> tuple[str, str, str]:
+    """The memory safety margin the exact model adds, and where it comes from (measure.margin)."""
+    m, b = profile.memory, profile.margin_basis
+    value = f"{m.margin_fraction:.1%} of non-KV memory + {m.margin_bytes / 2**20:.0f} MiB"
+    if not b:
+        return ("memory safety margin", value, "the profile's fixed allowance, not derived from a calibration")
+    parts = []
+    if "heldout" in b:
+        parts.append(f"fraction: max(p95 under-prediction {b['p95_under_prediction']:.1%}, median |error| "
+                     f"{b['median_abs_error']:.1%}) of memory on {b['heldout']} held-out architectures")
+    if "reference_runs" in b:
+        parts.append(f"bytes: 2 x SD of the parent's peak RSS over {b['reference_runs']} runs "
+                     f"({b['reference_rss_sd_bytes'] / 2**20:.0f} MiB)")
+    return ("memory safety margin", value, "derived by the profile's calibration: " + "; ".join(parts)
+            + f" (each at most the default {b['default_fraction']:.0%} + {b['default_bytes'] / 2**20:.0f} MiB)")
