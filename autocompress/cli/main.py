@@ -143,7 +143,7 @@ def _build(args) -> int:
     from autocompress.cli.terminal import build_progress, print_stage_times
     from autocompress.compress import dist
     from autocompress.compress.pipeline import run_build
-    from autocompress.compress.prepare import BuildError
+    from autocompress.diagnostics import BuildError
     from autocompress.progress import Progress
 
     console = _console(stderr=True)

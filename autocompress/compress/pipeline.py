@@ -176,7 +176,8 @@ def _evaluate(p: Prepared, parent_quality: dict, target: Path, strat: BuildSetti
 def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate: bool) -> None:
     """Host CPU: this machine's profile first, then the parent against the contract (``preflight``)."""
     from autocompress.compress import preflight
-    from autocompress.compress.prepare import BuildError, _parent_folder
+    from autocompress.compress.prepare import _parent_folder
+    from autocompress.diagnostics import BuildError
     from autocompress.diagnostics import EXIT_OK
     from autocompress.parents.resolve import resolve_parent
 

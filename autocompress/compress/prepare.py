@@ -16,15 +16,8 @@ from pathlib import Path
 from autocompress.compress import dist
 from autocompress.compress.settings import BuildSettings, derive_build
 from autocompress.compress.stages import StageResult, run_stage, stage_key
+from autocompress.diagnostics import BuildError
 from autocompress.progress import Progress, as_progress
-
-
-class BuildError(Exception):
-    """A build that cannot run (infeasible contract, parent without weights): its exit code."""
-
-    def __init__(self, message: str, exit_code: int = 2):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def _parent_folder(spec, parent, progress=None) -> Path:

@@ -16,7 +16,7 @@ import time
 import torch
 
 from autocompress.compress import dist
-from autocompress.compress.prepare import BuildError
+from autocompress.diagnostics import BuildError
 from autocompress.compress.refine import RefineConfig, refine
 from autocompress.compress.tables import cost_tables
 from autocompress.diagnostics import EXIT_NOT_FOUND

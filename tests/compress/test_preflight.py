@@ -7,7 +7,7 @@ import json
 import pytest
 
 from autocompress.compress import pipeline, preflight
-from autocompress.compress.prepare import BuildError
+from autocompress.diagnostics import BuildError
 from autocompress.cost import machine
 from autocompress.ir import MLP, Architecture, Attention, Block
 
