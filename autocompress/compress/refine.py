@@ -86,6 +86,8 @@ def costs(tables: list[CostTables], s: State, palette=None) -> np.ndarray:
     if palette is not None and t.shape_memory:
         e = e.copy()
         e[t.names.index("memory")] += (palette.prepaid - t.charged_shapes) * t.shape_memory
+    if t.kv_cap:  # vLLM-CPU's whole-GiB KV reservation: KV above what any point affords (tables._kv_terms)
+        e = np.append(e, 1.0 + (t.kv_needed(s[1]) - t.kv_cap) / t.mem_limit)
     return e
 
 

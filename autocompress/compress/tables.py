@@ -10,8 +10,10 @@ and differentiable in the probabilities:
 where A / F are the metric's increase when layer l's attention / FFN takes option c (from a
 model with every sub-block removed), and the last term removes the per-layer overhead counted
 twice when both sub-blocks run. Values are normalized by each bound's limit (1 = on the bound).
-Memory is linear in the same way except vLLM-CPU's whole-GiB KV rounding, which is left to the
-exact re-check after decoding, and the profile's cost per distinct GEMM shape (vllm-cpu's oneDNN
+Memory is linear in the same way except vLLM-CPU's whole-GiB KV rounding (the linear row charges
+``max(KV, the smallest reservation)``; ``_kv_terms`` caps KV at the largest reservation any point
+affords, which ``refine.costs`` checks for discrete states; the rest is left to the exact re-check
+after decoding), and the profile's cost per distinct GEMM shape (vllm-cpu's oneDNN
 handlers, ``cost.memory.gemm_shapes``): a count over the whole model, not a sum over layers. The
 relaxation charges the parent's count. ``shape_count`` counts a discrete state's own; a width
 palette (``compress.palette``) prepays the count of every option it allows, which ``refine.costs``
@@ -50,6 +52,18 @@ class CostTables:
     fixed_shapes: frozenset = frozenset()
     charged_shapes: int = 0
     shape_memory: float = 0.0
+    # vLLM-CPU's whole-GiB KV reservation (``_kv_terms``): KV bytes per KV head of each layer, per
+    # workload, and the largest reservation any architecture can afford under the memory bound
+    # (0: no such cap, and ``costs`` adds no KV row)
+    kv_head_bytes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    kv_cap: float = 0.0
+    mem_limit: float = 0.0
+
+    def kv_needed(self, ca) -> float:
+        """KV bytes a discrete attention choice needs (the largest workload's), as ``evaluate`` counts."""
+        heads = np.array([self.options.attn[l][c] if self.options.attn[l] else 0 for l, c in enumerate(ca)],
+                         dtype=float)
+        return float((self.kv_head_bytes @ heads).max()) if self.kv_head_bytes.size else 0.0
 
     def shape_count(self, ca, cf) -> int:
         """Distinct GEMM shapes of a discrete choice, as ``cost.memory.gemm_shapes`` counts them."""
@@ -119,7 +133,32 @@ def cost_tables(relax: Relaxation) -> CostTables:
         wl = relax.spec.workload(w)
         lim = wl.concurrency * wl.output_tokens / limit.value if metric == "throughput" else limit.value
         both[i] = m.uw / lim
-    return CostTables(relax.d, names, base, At, Ft, both, opts, **_shape_terms(relax, opts, names))
+    return CostTables(relax.d, names, base, At, Ft, both, opts, **_shape_terms(relax, opts, names),
+                      **_kv_terms(relax, names, base))
+
+
+def _kv_terms(relax: Relaxation, names: tuple[str, ...], base: np.ndarray) -> dict:
+    """vLLM-CPU reserves KV space in whole GiB (``cost.memory``), which the linear memory row charges
+    as ``max(KV, the smallest reservation)``: a state needing 1.12 GiB is charged 1.12 GiB and the
+    exact model 2 GiB. The refinement had its states repaired afterwards (README contract, seventh
+    session: every candidate kept all 30 attention layers, 1,147 MiB of KV, and 5-20 repair moves
+    cost up to 0.43 nats). The cap is the largest whole-GiB reservation that fits beside the
+    least non-KV memory of any point (every compressible sub-block removed, no activation: a lower
+    bound, so the cap never forbids a reservation some architecture could afford); ``refine.costs`` adds the
+    row ``1 + (KV - cap) / limit``, so greedy moves see KV above it as over the bound."""
+    from autocompress.cost.memory import GiB, memory_breakdown
+
+    if "memory" not in names or not relax.mem_floor:
+        return {}
+    mem = memory_breakdown(relax.arch, relax.spec.target, relax.spec.workloads, relax.profile, relax.device,
+                           relax.limits)
+    # the linear row holds the parent's activation (an upper bound); without it, a lower bound
+    least_non_kv = (float(base[names.index("memory")]) * relax.mem_limit - relax.mem_floor
+                    - (1 + relax.profile.memory.margin_fraction) * mem.peak_activation_bytes)
+    cap = max(relax.mem_floor, (relax.mem_limit - least_non_kv) // GiB * GiB)
+    L = relax.L
+    per_head = np.array([kv[K * L:K * L + L] for _, kv in relax.mem_kvs])  # (workloads, L)
+    return {"kv_head_bytes": per_head, "kv_cap": float(cap), "mem_limit": relax.mem_limit}
 
 
 def _shape_terms(relax: Relaxation, opts: LayerOptions, names: tuple[str, ...]) -> dict:

@@ -127,3 +127,47 @@ def test_shape_count_equals_the_exact_models_count_and_a_palette_prepays_it():
         # no palette: the relaxation's charge (the parent's count) and nothing more
         assert nop[20 * MiB] - nop[0] == pytest.approx(tb.charged_shapes * tb.shape_memory, rel=1e-6)
     assert len(counts) >= 3 and 0 < over < 8  # states differ in their counts; both branches are tested
+
+
+def test_kv_above_what_any_point_affords_is_over_the_bound_for_discrete_states():
+    """vLLM-CPU reserves KV in whole GiB; the linear memory row charges max(KV, the smallest
+    reservation), so a state needing 1.5 GiB looked as cheap as its bytes while the exact model
+    reserves 2 GiB (the README contract's candidates, seventh session). ``refine.costs`` adds a
+    row that is over 1 exactly when the state's KV exceeds the largest reservation any point
+    affords, and the exact model rejects every such state."""
+    from autocompress.compress.refine import costs, full_state
+
+    parent = _parent()
+    wl = Workload("w", 64, "serve", 4000, 96, 0.0, (Bound("tpot", "<=", 1.0),))
+    caps = {}
+    for lim in (2600, 3800):
+        spec = Spec(ParentRef("alias", "x"), Target("cpu", "vllm", "fp32", "fp32", 1, lim * MiB), (wl,))
+        relax, prof, dev, limits = _setup(spec, parent)
+        t = cost_tables(relax)
+        caps[lim] = t.kv_cap
+        full = costs([t], full_state([t], 0))
+        assert len(full) == len(t.names) + 1
+        assert t.kv_needed(full_state([t], 0)[1]) == evaluate(parent, spec, prof, dev, limits).memory.kv_needed_bytes
+        rng, over = random.Random(7), 0
+        for _ in range(12):
+            arch, pa, pf = _random_arch(relax, t, rng)
+            ca, cf = tuple(int(r.argmax()) for r in pa), tuple(int(r.argmax()) for r in pf)
+            ev = evaluate(arch, spec, prof, dev, limits)
+            assert t.kv_needed(ca) == pytest.approx(ev.memory.kv_needed_bytes)
+            row = costs([t], (0, ca, cf))[-1]
+            if row > 1:
+                over += 1
+                assert {c.name: c.ratio for c in ev.checks}["memory"] > 1
+        if lim == 2600:
+            assert full[-1] > 1 and 0 < over < 12  # the parent's 1.5 GiB is above the 1 GiB cap; both branches seen
+        else:
+            assert full[-1] <= 1  # 2 GiB is affordable: the parent's KV is not capped
+    assert caps == {2600: 1 << 30, 3800: 2 << 30}
+
+
+def test_no_kv_row_where_the_engine_does_not_round_the_reservation():
+    from autocompress.compress.refine import costs, full_state
+
+    relax, *_ = _setup(_spec("serve", "rtx-5070", "vllm", "bf16"), _parent())
+    t = cost_tables(relax)
+    assert t.kv_cap == 0 and len(costs([t], full_state([t], 0))) == len(t.names)
