@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from autocompress.measure.fit import pct
+
 
 def safety_margin(memory_errors: list[float], reference_rss: list[int], default_fraction: float,
                   default_bytes: int) -> tuple[float, int, dict]:
@@ -34,7 +36,7 @@ def safety_margin(memory_errors: list[float], reference_rss: list[int], default_
     basis: dict = {"default_fraction": default_fraction, "default_bytes": default_bytes}
     if memory_errors:
         under = sorted(max(0.0, 1.0 / (1.0 + e) - 1.0) for e in memory_errors)  # measured / predicted - 1
-        p95_under = _quantile(under, 0.95)
+        p95_under = pct(under, 95)
         median_abs = statistics.median(abs(e) for e in memory_errors)
         fraction = min(default_fraction, max(p95_under, median_abs))
         basis.update(heldout=len(memory_errors), p95_under_prediction=round(p95_under, 4),
@@ -52,8 +54,3 @@ def safety_margin(memory_errors: list[float], reference_rss: list[int], default_
                       "bytes: 2 x SD of the reference's peak RSS over its runs; each at most the default")
     return round(fraction, 4), nbytes, basis
 
-
-def _quantile(sorted_xs: list[float], q: float) -> float:
-    k = (len(sorted_xs) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (k - lo)

@@ -89,11 +89,11 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     calib, heldout = rows[:len(cal)], rows[len(cal):]
     base = load_profile(PROFILE_DIR / f"{device.kind}-{engine}-default.json", device, engine)  # the fit's start
     fitted = fit_profile(calib, base, target, log=log)
-    mem_errors = errors(heldout, fitted, target)
-    known = summary(mem_errors)
+    held_errors = errors(heldout, fitted, target)
+    known = summary(held_errors)
     # the margin from this calibration's evidence, not the default's guess (measure.margin)
     ref_rss = [r["peak_rss_bytes"] for r in inter.results.get(cal[0].name, [])]
-    mf, mb, margin_basis = safety_margin(mem_errors["memory"], ref_rss, fitted.memory.margin_fraction,
+    mf, mb, margin_basis = safety_margin(held_errors["memory"], ref_rss, fitted.memory.margin_fraction,
                                          fitted.memory.margin_bytes)
     fitted = replace(fitted, memory=replace(fitted.memory, margin_fraction=mf, margin_bytes=mb))
     known.update({f"ratio.{k}": v for k, v in summary(ratio_errors(heldout, rows[0], inter, fitted, target)).items()})
