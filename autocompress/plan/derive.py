@@ -77,7 +77,9 @@ def margin_row(profile) -> tuple[str, str, str]:
     parts = []
     if "heldout" in b:
         parts.append(f"fraction: max(p95 under-prediction {b['p95_under_prediction']:.1%}, median |error| "
-                     f"{b['median_abs_error']:.1%}) of memory on {b['heldout']} held-out architectures")
+                     f"{b['median_abs_error']:.1%}) of memory on {b['heldout']} held-out architectures"
+                     + (f" and {b['leave_one_out']} calibration models left out of the memory fit one at a time"
+                        if b.get("leave_one_out") else ""))
     if "reference_runs" in b:
         parts.append(f"bytes: 2 x SD of the parent's peak RSS over {b['reference_runs']} runs "
                      f"({b['reference_rss_sd_bytes'] / 2**20:.0f} MiB)")

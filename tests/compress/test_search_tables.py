@@ -171,3 +171,34 @@ def test_no_kv_row_where_the_engine_does_not_round_the_reservation():
     relax, *_ = _setup(_spec("serve", "rtx-5070", "vllm", "bf16"), _parent())
     t = cost_tables(relax)
     assert t.kv_cap == 0 and len(costs([t], full_state([t], 0))) == len(t.names)
+
+
+def test_the_routers_expected_costs_carry_the_kv_row_and_agree_with_discrete_states():
+    """The routers charge the KV-reservation row on the expected heads (``router.expected_costs``):
+    at one-hot probabilities it equals ``refine.costs`` row by row, so a router above the cap is
+    pushed back before decoding, and the row is differentiable in the attention probabilities."""
+    torch = pytest.importorskip("torch")
+    from autocompress.compress.refine import costs, full_state
+    from autocompress.compress.router import StackedTables, expected_costs
+    from autocompress.compress.tables import KV_ROW
+
+    parent = _parent()
+    wl = Workload("w", 64, "serve", 4000, 96, 0.0, (Bound("tpot", "<=", 1.0),))
+    spec = Spec(ParentRef("alias", "x"), Target("cpu", "vllm", "fp32", "fp32", 1, 2600 * MiB), (wl,))
+    relax, *_ = _setup(spec, parent)
+    t = cost_tables(relax)
+    assert t.row_names[-1] == KV_ROW and len(t.row_names) == len(t.names) + 1
+    st = StackedTables.of([t])
+    rng = random.Random(3)
+    for _ in range(6):
+        _, pa, pf = _random_arch(relax, t, rng)
+        ca, cf = tuple(int(r.argmax()) for r in pa), tuple(int(r.argmax()) for r in pf)
+        ta = torch.tensor(pa, dtype=torch.float32, requires_grad=True)
+        e = expected_costs(st, torch.ones(1), ta, torch.as_tensor(pf, dtype=torch.float32))
+        assert e.detach().numpy() == pytest.approx(costs([t], (0, ca, cf)), rel=1e-5, abs=1e-6)
+        e[-1].backward()
+        assert ta.grad.abs().sum() > 0  # more expected heads, more KV
+    full = full_state([t], 0)
+    pa, pf = t.one_hot(full[1], full[2])
+    e = expected_costs(st, torch.ones(1), torch.as_tensor(pa, dtype=torch.float32), torch.as_tensor(pf, dtype=torch.float32))
+    assert float(e[-1]) > 1  # the parent's 1.5 GiB of KV is above the 1 GiB cap (previous test)

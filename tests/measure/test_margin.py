@@ -68,3 +68,30 @@ def test_reports_say_where_the_margin_comes_from():
     _, value, why = margin_row(fitted)
     assert value == f"{f:.1%} of non-KV memory + {b / MiB:.0f} MiB" and "3 held-out architectures" in why
     assert "over 3 runs" in why and "derived by the profile's calibration" in why
+
+
+def test_leave_one_out_errors_join_the_held_out_ones():
+    """A quick calibration holds out 2 models; the calibration models, each predicted by a memory fit
+    without it, add their errors, and the basis counts both kinds."""
+    f, _, basis = safety_margin([0.0, 0.001], [1, 2], *DEFAULT, loo_errors=[-0.04, 0.01, -0.002, 0.003])
+    assert basis["heldout"] == 2 and basis["leave_one_out"] == 4
+    # the -4% model (measured 4.2% above predicted) now sets the p95 under-prediction
+    assert 0.02 < f == basis["p95_under_prediction"] < 0.042
+
+
+def test_leave_one_out_refits_the_memory_terms_without_each_model(monkeypatch):
+    """Rows whose residual is exactly nt + c * shapes leave-one-out to zero error; a model off that
+    line by 100 MiB shows it (its own fit would have absorbed part of it)."""
+    from autocompress.measure import fit
+
+    nt, c = 900 * MiB, 10 * MiB
+    shapes = [7, 9, 12, 15, 20]
+    rss = [3000 * MiB + i * 50 * MiB for i in range(5)]
+    rows = [{"result": {"peak_rss_bytes": r}} for r in rss]
+    resid = [nt + c * s for s in shapes]
+    monkeypatch.setattr(fit, "memory_residuals", lambda rows_, prof, target: (list(resid), list(shapes)))
+    assert fit.loo_memory_errors(rows, None, object()) == pytest.approx([0.0] * 5, abs=1e-6)
+    resid[2] += 100 * MiB
+    errs = fit.loo_memory_errors(rows, None, object())
+    assert errs[2] == pytest.approx(-100 * MiB / rss[2], rel=0.02)  # under-predicted by the 100 MiB
+    assert fit.loo_memory_errors(rows[:2], None, object()) == []  # too few to refit
