@@ -30,27 +30,15 @@ State = tuple  # (hidden index, attention option per layer, FFN option per layer
 
 @dataclass(frozen=True)
 class Palette:
-    widths: tuple[int, ...]  # FFN widths (channels), ascending; () with attn/ffn None: every option
+    widths: tuple[int, ...]  # FFN widths (channels), ascending
     kv: tuple[int, ...]  # KV-head counts, ascending
-    attn: tuple[tuple[int, ...], ...] | None  # per layer: the option indices allowed (0, removed, included)
-    ffn: tuple[tuple[int, ...], ...] | None
-    prepaid: int  # distinct GEMM shapes charged; with allowed options, no state of the palette has more
+    attn: tuple[tuple[int, ...], ...]  # per layer: the option indices allowed (0, removed, included)
+    ffn: tuple[tuple[int, ...], ...]
+    prepaid: int  # distinct GEMM shapes of every allowed option: no state of the palette has more
 
     def label(self) -> str:
-        if self.attn is None:
-            return "every width (the free greedy's moves)"
         return (f"FFN width{'s' if len(self.widths) > 1 else ''} {', '.join(map(str, self.widths))}; "
                 f"KV heads {', '.join(map(str, self.kv))}")
-
-
-def shape_budget(t: CostTables, s: State) -> Palette:
-    """The free greedy charged ``s``'s own distinct GEMM shapes: a greedy started at ``s`` under it
-    prunes until those shapes are paid for, then fills, with every width open. The free result is
-    charged only the parent's count (its extra shapes put it over the bound for the exact model and
-    the blind repair paid 0.45 nats of KL in the README build, eighth session); a palette pays by
-    restricting widths. This pays by pruning and keeps the widths. Its end state may hold a shape
-    or two more or fewer than prepaid: the exact model counts them."""
-    return Palette((), (), None, None, t.shape_count(s[1], s[2]))
 
 
 def kmeans_1d(values: list[int], k: int) -> list[float]:
@@ -125,23 +113,19 @@ def palette_start(t: CostTables, s: State, k: int) -> tuple[Palette, State] | No
 def palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cands) -> int:
     from autocompress.compress.refine import greedy  # refine calls this module: import at use
 
-    """Where the profile prices distinct GEMM shapes: the greedy re-run from its result charged that
-    result's own shapes (``shape_budget``, ``cfg.shape_budget``), and the result's palettes of
+    """Where the profile prices distinct GEMM shapes, the greedy result's palettes of
     ``cfg.palette_sizes`` widths, each refit by the greedy within it: candidates beside it (the
     measured choice trades heterogeneity against its memory). Returns the forwards spent."""
     t, evals, seen = tables[h], 0, set()
     if not t.shape_memory or "memory" not in t.names:
         return 0
-    tries = []
-    if cfg.shape_budget and t.shape_count(s[1], s[2]) > t.charged_shapes:
-        tries.append((f"greedy, own shapes prepaid (hidden {t.d})", shape_budget(t, s), s))
     for k in cfg.palette_sizes:
         got = palette_start(t, s, k)
         if got is None or got[0].widths in seen:  # no fewer widths than the result has, or a repeat
             continue
-        seen.add(got[0].widths)
-        tries.append((f"palette {len(got[0].widths)} (hidden {t.d})",) + got)
-    for name, p, start in tries:
+        p, start = got
+        seen.add(p.widths)
+        name = f"palette {len(p.widths)} (hidden {t.d})"
         log(f"[refine] {name}: {p.label()}, {p.prepaid} GEMM shapes prepaid (the greedy result has "
             f"{t.shape_count(s[1], s[2])})")
         found, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress, start=start, palette=p, name=name)

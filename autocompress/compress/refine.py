@@ -60,9 +60,6 @@ class RefineConfig:
     # width palettes tried from each greedy result when the profile prices distinct GEMM shapes
     # (``compress.palette``): numbers of FFN widths; () turns them off
     palette_sizes: tuple[int, ...] = (1, 2, 4)
-    # the free greedy re-run from its result, charged that result's distinct GEMM shapes
-    # (``palette.shape_budget``): a candidate beside the palettes
-    shape_budget: bool = True
 
 
 @dataclass(frozen=True)
@@ -116,7 +113,7 @@ def down_moves(tables: list[CostTables], s: State, cfg: RefineConfig, palette=No
     With a palette: the next smaller option the palette allows (or removed)."""
     h, ca, cf = s
     o = tables[h].options
-    if palette is not None and palette.attn is not None:
+    if palette is not None:
         return _palette_moves(o, s, palette, down=True)
     out = []
     for l, c in enumerate(ca):
@@ -138,7 +135,7 @@ def up_moves(tables: list[CostTables], s: State, palette=None) -> list[Move]:
     larger option it allows."""
     h, ca, cf = s
     o = tables[h].options
-    if palette is not None and palette.attn is not None:
+    if palette is not None:
         return _palette_moves(o, s, palette, down=False)
     return ([("a", l, c + 1) for l, c in enumerate(ca) if c + 1 < len(o.attn[l])]
             + [("f", l, c + 1) for l, c in enumerate(cf) if c + 1 < len(o.ffn[l])])

@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from autocompress.compress.palette import kmeans_1d, make_palette, palette_start, shape_budget
+from autocompress.compress.palette import kmeans_1d, make_palette, palette_start
 from autocompress.compress.refine import RefineConfig, Scored, choose, costs, greedy, of_states, refine, violation
 from autocompress.compress.tables import CostTables
 from autocompress.plan.options import LayerOptions as Options
@@ -164,25 +164,4 @@ def test_palettes_keep_the_results_kv_counts_and_never_remove_what_must_stay():
 
 def test_no_palettes_without_a_shape_price():
     res = refine(tables(shape_memory=0.0), {"parent": (0, A0, (8,) * L)}, of_states(kl), kl)
-    assert not any(c.name.startswith(("palette", "greedy, own shapes")) for c in res.candidates)
-
-
-def test_the_greedy_rerun_charged_its_own_shapes_keeps_every_width_open():
-    """``palette.shape_budget``: the free greedy's result is over the bound once its shapes are
-    counted; the greedy re-run from it, charged those shapes, prunes until they are paid and keeps
-    mixed widths and KV counts. Here it is feasible for the exact model and beats the palette,
-    which pays by restricting widths."""
-    t = with_attention()
-    sens_a = [0.5, 0.01, 0.3, 0.02, 0.2, 0.05, 0.4, 0.03]
-    measure = lambda st: kl(st) + sum(a * (4 - c) ** 2 * 0.05 for a, c in zip(sens_a, st[1]))  # noqa: E731
-    res = refine(t, {"parent": (0, (4,) * L, (8,) * L)}, of_states(measure), measure)
-    by, kls = {c.name: c.state for c in res.candidates}, by_kl(res)
-    free, own = by["greedy (hidden 256)"], by["greedy, own shapes prepaid (hidden 256)"]
-    budget = shape_budget(t[0], free)
-    assert budget.prepaid == t[0].shape_count(free[1], free[2]) > t[0].charged_shapes
-    assert exact_memory(t[0], free) > 1 and violation(costs(t, free, budget)) > 0  # charged, it is over
-    assert violation(costs(t, own, budget)) == 0 and exact_memory(t[0], own) <= 1 + 1e-9
-    assert len({c for c in own[1] if c}) >= 2 and len(widths_of(own)) >= 2  # widths and KV counts stay mixed
-    assert kls["greedy, own shapes prepaid (hidden 256)"] < min(v for n, v in kls.items() if n.startswith("palette"))
-    off = refine(t, {"parent": (0, (4,) * L, (8,) * L)}, of_states(measure), measure, RefineConfig(shape_budget=False))
-    assert not any(c.name.startswith("greedy, own shapes") for c in off.candidates)
+    assert not any(c.name.startswith("palette") for c in res.candidates)
