@@ -141,8 +141,9 @@ def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
             for k in ("tpot", "e2e"):
                 key = f"{k}_s"
                 meas = inter.ratio[a][w["workload"]][key] / inter.ratio[b][w["workload"]][key]
+                spread = f"{inter.spread[a][w['workload']][key]:.3f}" if args.passes > 1 else "- (one pass)"
                 lines.append(f"| {a} / {b} | {w['workload']} | {k} | {pred_ratio(a, b, w['workload'], k):.3f} | "
-                             f"{meas:.3f} | {inter.spread[a][w['workload']][key]:.3f} |")
+                             f"{meas:.3f} | {spread} |")
     del ref
     k = fitted.kernel
     lines += ["", "Fitted here: " + ", ".join(f"{c} compute {e.compute:.2f} / memory {e.memory:.2f}" for c, e in fitted.per_op),
