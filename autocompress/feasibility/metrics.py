@@ -174,10 +174,11 @@ class Relaxation:
                                (pv if vname else zero)[mix].tolist(), qk[mix].tolist(), (qv if vname else zero)[mix].tolist())
                 for j in range(first, len(self.ep)):  # each new row once, weight 1
                     tws[j] = 1.0
-        if graph is not True and k.sub_block_overhead_s:  # per executed sub-block: on its keep variable
+        if graph is not True:  # per executed sub-block (``latency.sub_block_overhead``): on its keep variable
+            attn = k.attention_overhead_s + p.seqs * k.attention_seq_overhead_s
             for l, b in enumerate(self.parent.blocks):
                 if b.mixer is not None:
-                    lin[A * L + l] += k.sub_block_overhead_s
+                    lin[A * L + l] += k.sub_block_overhead_s + (attn if isinstance(b.mixer, Attention) else 0.0)
                 if b.ffn is not None:
                     lin[G * L + l] += k.sub_block_overhead_s
         return const, lin, tws, (0.0 if graph is True else k.layer_overhead_s)

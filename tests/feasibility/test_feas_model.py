@@ -213,6 +213,33 @@ def test_relaxation_is_exact_with_a_sub_block_overhead():
     assert _predict(s).tpot_s == _predict(gpu_oh).tpot_s  # a full CUDA graph has no per-module cost
 
 
+def test_relaxation_is_exact_with_attention_constants():
+    """The attention backend's per-layer constants (``attention_overhead_s`` and its per-sequence
+    part) sit on the attention keep variables: integer points still equal the exact model, and an
+    eager decode step of c sequences pays (fixed + c x per-sequence) per attention layer."""
+    s = _with_kernel(setup(SERVE, tiny_arch(5)), attention_overhead_s=3e-4, attention_seq_overhead_s=5e-5)
+    assert _exact_latency_checks(s, seed=6) >= 4 * 3 * 3
+    cpu = setup(spec_for(batch("b", 4, inp=128, out=32, e2e=2.0), hardware="cpu", precision="fp32"), tiny_arch(5))
+    full = _predict(_with_kernel(cpu, attention_overhead_s=3e-4, attention_seq_overhead_s=5e-5))
+    plain = _predict(cpu)
+    n_attn = sum(b.attention is not None for b in cpu.arch.blocks)
+    assert n_attn and full.tpot_s - plain.tpot_s == pytest.approx((3e-4 + 4 * 5e-5) * n_attn, rel=1e-6)
+
+
+def test_relaxation_is_exact_with_a_gqa_reread():
+    """KV bytes a query group's other heads load again (``gqa_kv_reread``): charged bytes, so the LP
+    rows equal the exact model at integer points; a re-read raises the parent's TPOT, and a model
+    whose query heads each have their own KV head (no groups) pays nothing for it."""
+    full = setup(SERVE, tiny_arch(5))
+    s = _with_kernel(full, gqa_kv_reread=0.3)
+    assert _exact_latency_checks(s, seed=7) >= 4 * 3 * 3
+    assert _predict(s).tpot_s > _predict(full).tpot_s
+    mha = replace(full.arch, blocks=tuple(replace(b, mixer=replace(b.attention, kv_heads=b.attention.q_heads))
+                                          for b in full.arch.blocks))
+    assert predict_workload(mha, s.spec.target, s.spec.workloads[0], s.profile, s.device, s.limits).tpot_s == \
+        predict_workload(mha, full.spec.target, full.spec.workloads[0], full.profile, full.device, full.limits).tpot_s
+
+
 def test_relaxation_is_exact_with_a_shared_prefix():
     """Four chats in lockstep over a 90% cached prefix whose re-reads cost a fifth of a memory byte
     (``shared_kv_reread``): the LP rows (op tables of charged bytes, the schedule's passes) equal
