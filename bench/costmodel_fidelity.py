@@ -77,6 +77,24 @@ def equal_cost_uniform(hetero, parent, profile, target):
     return make(best)
 
 
+def model_sets(parent, shipped, target, heldout_seed: int = 0):
+    """(calibration, held-out, the heterogeneous pair member): ``calibration_sets``, its random
+    held-out variants drawn from ``heldout_seed`` when one is given (``sN-vXX``), and the uniform
+    model of equal predicted TPOT appended (and the heterogeneous one, if neither set has it)."""
+    from autocompress.measure.calibration import HELDOUT_ARCHS, HELDOUT_DESIGNED, calibration_sets
+    from autocompress.measure.synth import designed, variants
+
+    cal, held = calibration_sets(parent)
+    hetero = {a.name: a for a in designed(parent)}["narrow-many"]
+    uni = equal_cost_uniform(hetero, parent, shipped, target)
+    if heldout_seed:
+        fresh = variants(parent, 1 + HELDOUT_ARCHS, seed=heldout_seed)[1:]
+        held = [a for a in held if a.name in HELDOUT_DESIGNED] + [replace(a, name=f"s{heldout_seed}-{a.name}")
+                                                                 for a in fresh]
+    held = held + [hetero, uni] if hetero.name not in {a.name for a in cal + held} else held + [uni]
+    return cal, held, hetero
+
+
 def main() -> int:
     ap = parser(__doc__, passes=2, root="profiling", out="costmodel_fidelity")
     ap.add_argument("--pause", metavar="PATTERN")
@@ -85,25 +103,16 @@ def main() -> int:
     args = ap.parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.measure.calibration import calibration_sets, measure_sets, normalized_rows
+    from autocompress.measure.calibration import measure_sets, normalized_rows, workloads
     from autocompress.measure.fit import errors, fit_profile, ratio_errors, summary
-    from autocompress.measure.calibration import HELDOUT_ARCHS, HELDOUT_DESIGNED, workloads
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import Interleaved
-    from autocompress.measure.synth import designed, variants
 
     target = bench_target()
     parent, weights = parent_of("smollm2-135m")
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
     shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
-    cal, held = calibration_sets(parent)
-    hetero = {a.name: a for a in designed(parent)}["narrow-many"]
-    uni = equal_cost_uniform(hetero, parent, shipped, target)
-    if args.heldout_seed:
-        fresh = variants(parent, 1 + HELDOUT_ARCHS, seed=args.heldout_seed)[1:]
-        held = [a for a in held if a.name in HELDOUT_DESIGNED] + \
-            [replace(a, name=f"s{args.heldout_seed}-{a.name}") for a in fresh]
-    held = held + [hetero, uni] if hetero.name not in {a.name for a in cal + held} else held + [uni]
+    cal, held, hetero = model_sets(parent, shipped, target, args.heldout_seed)
     old = None
     if args.calibration_from:
         d = json.loads(Path(args.calibration_from).read_text())

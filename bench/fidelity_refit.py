@@ -20,7 +20,6 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,23 +30,16 @@ def rebuilt(path: str, target, parent):
     """(rows by name, Interleaved, the JSON) of a stored run, its architectures regenerated."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.measure.calibration import (HELDOUT_ARCHS, HELDOUT_DESIGNED, calibration_sets, normalized_rows,
-                                                  workload_dicts, workloads)
+    from autocompress.measure.calibration import normalized_rows, workload_dicts, workloads
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import Interleaved
-    from autocompress.measure.synth import designed, variants
-    from costmodel_fidelity import equal_cost_uniform
+    from costmodel_fidelity import model_sets
 
     d = json.loads(Path(path).read_text())
     i = d["interleaved"]
     inter = Interleaved(i["reference"], i["absolute"], i["ratio"], i["spread"], i["peak_rss"], {}, i["runs"])
-    cal, held = calibration_sets(parent)
-    seed = d["models"].get("heldout_seed") or 0
-    if seed:
-        held = [a for a in held if a.name in HELDOUT_DESIGNED] + \
-            [replace(a, name=f"s{seed}-{a.name}") for a in variants(parent, 1 + HELDOUT_ARCHS, seed=seed)[1:]]
     shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
-    held.append(equal_cost_uniform({a.name: a for a in designed(parent)}["narrow-many"], parent, shipped, target))
+    cal, held, _ = model_sets(parent, shipped, target, d["models"].get("heldout_seed") or 0)
     archs = [a for a in cal + held if a.name in inter.ratio]
     limits = {a.name: derive_limits(a, target, workloads(), threads=2) for a in archs}
     rows = {r["arch"].name: r for r in normalized_rows(inter, archs, limits, workload_dicts(False))}
