@@ -62,6 +62,29 @@ def causal_lm_class(folder):
     return AutoModelForCausalLM
 
 
+def own_code(folder) -> bool:
+    """True when every module a folder's ``auto_map`` names is byte-identical to the file
+    autocompress ships (``source_dir()``): trusting that "remote" code runs only our own code. A
+    folder with no ``auto_map`` needs no remote code (False); one whose files differ, or that names
+    a module we do not ship, is never trusted (an untrusted checkpoint measured by ``acc verify`` or
+    ``acc profile`` must not run its Python)."""
+    import json
+
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    refs = (config.get("auto_map") or {}).values()
+    modules = {str(r).split("--")[-1].rsplit(".", 1)[0] + ".py" for r in refs if isinstance(r, str)}
+    if not modules:
+        return False
+    for name in modules:
+        ours, theirs = source_dir() / name, Path(folder) / name
+        if "/" in name or not ours.is_file() or not theirs.is_file() or ours.read_bytes() != theirs.read_bytes():
+            return False
+    return True
+
+
 def register() -> None:
     """Register the DeciLM and NemotronH-Puzzle config / model classes with the transformers Auto
     classes (idempotent)."""
@@ -79,4 +102,4 @@ def register() -> None:
 
 
 __all__ = ["DECILM_AUTO_MAP", "DECILM_FILES", "GEMMA3_ARCHITECTURE", "GEMMA3_AUTO_MAP", "GEMMA3_FILES", "PUZZLE_AUTO_MAP", "PUZZLE_FILES",
-           "causal_lm_class", "register", "source_dir"]
+           "causal_lm_class", "own_code", "register", "source_dir"]

@@ -149,3 +149,17 @@ def test_a_tokenizer_without_a_class_gets_one_and_loads_without_the_model_code(t
 
     assert json.loads(p.stdout.strip().splitlines()[-1]) == AutoTokenizer.from_pretrained(str(tokenizer_dir))(
         "def f(x):")["input_ids"]
+
+
+def test_the_engine_trusts_an_export_s_code_only_as_written(hetero_checkpoint, tmp_path):
+    # the measurement engine passes trust_remote_code=own_code(folder): our exports, untouched
+    import shutil
+
+    from autocompress.modeling.register import own_code
+
+    folder, _ = hetero_checkpoint
+    assert own_code(folder)
+    edited = shutil.copytree(folder, tmp_path / "edited")
+    with open(edited / "modeling_decilm.py", "a") as f:
+        f.write("\n# changed after export\n")
+    assert not own_code(edited)

@@ -105,8 +105,10 @@ class VLLMEngine:
         reset_peak_rss()
         from vllm import LLM
 
-        kwargs = dict(
-            model=str(model_dir), tokenizer=str(model_dir), trust_remote_code=True,
+        from autocompress.modeling.register import own_code
+
+        kwargs = dict(  # remote code only when it is byte for byte the modeling code autocompress ships
+            model=str(model_dir), tokenizer=str(model_dir), trust_remote_code=own_code(model_dir),
             dtype=_DTYPES[target.weight_precision], enforce_eager=limits.enforce_eager,
             max_model_len=limits.max_model_len, max_num_seqs=limits.max_num_seqs,
             max_num_batched_tokens=max(limits.max_num_batched_tokens, limits.max_model_len),
