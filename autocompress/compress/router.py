@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from autocompress.compress.tables import CostTables
+from autocompress.compress.tables import CostTables, kv_row_value
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def expected_costs(st: StackedTables, ph: torch.Tensor, pa: torch.Tensor, pf: to
     if st.kv_cap is not None:
         heads = (st.kv_heads * pa).sum(-1)  # (H, L): expected KV heads per layer
         kv = torch.einsum("hwl,hl->hw", st.kv_head_bytes, heads).amax(-1)  # the largest workload's
-        per_h = torch.cat([per_h, (1.0 + (kv - st.kv_cap) / st.mem_limit)[:, None]], dim=1)
+        per_h = torch.cat([per_h, kv_row_value(kv, st.kv_cap, st.mem_limit)[:, None]], dim=1)
     return ph @ per_h
 
 

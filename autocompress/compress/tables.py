@@ -39,6 +39,12 @@ from autocompress.plan.options import LayerOptions, layer_options
 KV_ROW = "memory.kv_reservation"  # the row name ``CostTables.row_names`` adds
 
 
+def kv_row_value(kv, cap, mem_limit):
+    """The KV-reservation row, for floats and torch tensors alike: the greedy's discrete choices
+    (``CostTables.kv_row``) and the routers' expected heads (``router.expected_costs``) share it."""
+    return 1.0 + (kv - cap) / mem_limit
+
+
 @dataclass(frozen=True)
 class CostTables:
     d: int
@@ -80,7 +86,7 @@ class CostTables:
 
     def kv_row(self, kv: float) -> float:
         """The KV-reservation row at ``kv`` bytes: over 1 exactly when ``kv`` exceeds the cap."""
-        return 1.0 + (kv - self.kv_cap) / self.mem_limit
+        return kv_row_value(kv, self.kv_cap, self.mem_limit)
 
     def shape_count(self, ca, cf) -> int:
         """Distinct GEMM shapes of a discrete choice, as ``cost.memory.gemm_shapes`` counts them."""
