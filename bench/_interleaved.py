@@ -54,7 +54,7 @@ def measure_synthetic(models: list, reference: str, weights_folder, workload_nam
     folders = {a.name: synthetic_folder(a, weights_folder, Path(root) / "models") for a in models}
     t0 = time.perf_counter()
     inter = measure_interleaved(folders, reference, tgt, wls, limits, Path(root) / "requests", passes=passes,
-                                threads=threads)
+                                threads=threads, journal=Path(root) / "requests" / "journal.jsonl")
     return wls, limits, inter, time.perf_counter() - t0
 
 

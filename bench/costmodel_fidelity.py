@@ -149,6 +149,7 @@ def main() -> int:
     md = table(out, inter, by, fitted, target, hetero, uni, args, time.perf_counter() - t0)
     Path(args.out + ".md").write_text(md)
     Path(args.out + ".json").write_text(json.dumps(out, indent=1, sort_keys=True, default=str) + "\n")
+    inter.close()  # saved: the run journal goes
     print(f"wrote {args.out}.md")
     return 0
 

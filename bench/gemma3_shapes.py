@@ -85,6 +85,7 @@ def main() -> int:
         lines.append(f"| {r['model']} | {r['params_m']}M | {r['widths']} | {r['gemm_shapes']} | {r['ffn_channels']} | "
                      f"{r['measured']:.3f} | {r['predicted']:.3f} |")
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+    inter.close()  # saved: the run journal goes
     print(f"wrote {args.out}.md")
     return 0
 

@@ -96,6 +96,7 @@ def main() -> int:
         lines.append(f"| {r['model']} | {r['params_m']}M | {r['sub_blocks']} | {r['workload']} | {r['measured']:.3f} | "
                      f"{r['spread']:.3f} | " + " | ".join(f"{r[k]:.3f}" for k in labels) + " |")
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+    inter.close()  # saved: the run journal goes
     print(f"wrote {args.out}.md")
     return 0
 

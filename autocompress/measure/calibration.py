@@ -100,7 +100,8 @@ def measure_sets(archs: list[Architecture], target, tokenizer_dir, root: Path, t
     for a in archs:
         models[a.name] = synthetic_folder(a, tokenizer_dir, Path(root) / "models")
     inter = measure_interleaved(models, archs[0].name, target, wls, limits, Path(root) / "requests", passes=passes,
-                                threads=threads, log=log, progress=progress)
+                                threads=threads, log=log, progress=progress,
+                                journal=Path(root) / "requests" / "journal.jsonl")
     return inter, limits, wls
 
 

@@ -15,6 +15,7 @@ profile measured at calibration (``Profile.reference``).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -33,8 +34,17 @@ class Interleaved:
     spread: dict = field(default_factory=dict)  # model -> workload -> metric -> (max - min) of the per-pass ratios
     peak_rss: dict = field(default_factory=dict)  # model -> mean peak RSS bytes
     results: dict = field(default_factory=dict)  # model -> the worker results of its runs (every sample)
-    runs: list = field(default_factory=list)  # (model, pass, started, workload medians) in run order
-    seconds: float = 0.0
+    runs: list = field(default_factory=list)  # (model, pass, role, session, started, workload medians) in run order
+    seconds: float = 0.0  # engine time, resumed runs included
+    triples: dict = field(default_factory=dict)  # model -> per pass (its run, the reference before, after): runs indices
+    run_results: list = field(default_factory=list, repr=False)  # the worker result of each entry of ``runs``
+    journal: object = field(default=None, repr=False)  # the ``RunJournal`` the runs were recorded in
+
+    def close(self) -> None:
+        """The caller has saved these results: the run journal goes, so a later call measures anew
+        (until then a rerun after a crash replays every run)."""
+        if self.journal is not None:
+            self.journal.finish()
 
     def as_dict(self) -> dict:
         return {"reference": self.reference, "absolute": self.absolute, "ratio": self.ratio, "spread": self.spread,
@@ -48,14 +58,16 @@ def medians(result: dict) -> dict:
 
 def measure_interleaved(models: dict[str, Path], reference: str, target, workloads: list[dict], limits, work: Path,
                         passes: int = 2, threads: int | None = None, log=print, run=None, max_other_cpu: float = 0.25,
-                        retries: int = 2, progress=None) -> Interleaved:
+                        retries: int = 2, progress=None, journal: Path | None = None) -> Interleaved:
     """Measure every model of ``models`` (name -> exported folder) interleaved with
     ``models[reference]``; ``limits``: one ``EngineLimits`` for all (identical settings), or a
     dict name -> limits. ``run(folder, limits) -> worker result`` defaults to a fresh worker
     process. A run during which other processes used more than ``max_other_cpu`` cores is redone
     (up to ``retries`` times) and, if still busy, kept and marked ``busy`` in ``runs``.
     ``progress``: one task over the runs; each run's engine start and workloads are tasks of their
-    own (``measure.events``)."""
+    own (``measure.events``). ``journal``: a file that records every run, so that an interrupted
+    schedule resumes (``measure.journal``); a resumed run's entry in ``runs`` says ``resumed``. The
+    caller calls ``close()`` on the result once it has saved it."""
     from autocompress.measure.runner import run_worker
     from autocompress.progress import Progress
 
@@ -76,9 +88,17 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
     total = passes * (2 * len(others) + 1)
     done = 0
 
-    def one(name: str, p: int) -> dict:
-        nonlocal done
-        started = time.strftime("%H:%M:%S")
+    jr = None
+    if journal is not None:
+        from autocompress.measure.journal import RunJournal, journal_key
+
+        jr = RunJournal(journal, journal_key(models, reference, target, workloads, limits, passes, threads,
+                                             {"max_other_cpu": max_other_cpu, "retries": retries}), log=log)
+    session = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.urandom(3).hex()}"  # one call of this function
+    replayed_s = 0.0
+
+    def measure(name: str) -> tuple[dict, dict]:
+        started, t = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
         for attempt in range(retries + 1):
             res = run(models[name], lim_of(name))
             # a neighbour busy on the second core stalls every OpenMP barrier of the decode step:
@@ -89,29 +109,64 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
             log(f"[measure] {name}: other processes used {busy:.2f} cores during the run ("
                 + ", ".join(f"{w} TPOT {v['tpot_s'] * 1e3:.1f} ms" for w, v in medians(res).items())
                 + "); measuring again")
+        return res, {"session": session, "started": started, "seconds": round(time.perf_counter() - t, 1),
+                     "other_cpu": busy, "busy": busy > max_other_cpu, "attempts": attempt + 1}
+
+    def one(name: str, p: int, role: str = "ref") -> tuple[dict, bool, int]:
+        """One run of ``name``: replayed from the journal when it holds it next, else measured;
+        (workload medians, measured in this call, its index in ``runs``)."""
+        nonlocal done, replayed_s
+        fresh = not (jr and jr.next_is((name, role)))
+        if fresh:
+            res, rec = measure(name)
+            if jr:
+                jr.append(name, role, res, rec)
+        else:
+            e = jr.take()
+            res, rec = e["result"], dict(e["run"], resumed=True)
+            replayed_s += rec.get("seconds", 0.0)
         done += 1
-        bar.advance()
+        bar.advance(cached=not fresh)  # a replayed run is not work: the rate and ETA come from new runs
         med = medians(res)
-        out.runs.append({"model": name, "pass": p, "started": started, "medians": med, "other_cpu": busy,
-                         "busy": busy > max_other_cpu, "attempts": attempt + 1,
-                         "peak_rss_bytes": res["peak_rss_bytes"]})
+        out.runs.append({"model": name, "pass": p, "role": role, "medians": med,
+                         "peak_rss_bytes": res["peak_rss_bytes"], **rec})
+        out.run_results.append(res)
         rss[name].append(res["peak_rss_bytes"])
         out.results.setdefault(name, []).append(res)
-        log(f"[measure] {done}/{total} {name} (pass {p + 1}/{passes}): " + ", ".join(
-            f"{w} TPOT {v['tpot_s'] * 1e3:.1f} ms" for w, v in med.items()))
-        return med
+        log(f"[measure] {done}/{total} {name} (pass {p + 1}/{passes}{', ' + role if role == 'seam' else ''}"
+            f"{', from the journal' if not fresh else ''}): "
+            + ", ".join(f"{w} TPOT {v['tpot_s'] * 1e3:.1f} ms" for w, v in med.items()))
+        return med, fresh, len(out.runs) - 1
+
+    def seam(p: int):
+        """A reference run beside the first model after an interruption (its left neighbour)."""
+        nonlocal total
+        total += 1
+        bar.set_total(total)
+        return one(reference, p, "seam")
 
     with progress.task("measure: engine runs", total=total, unit="run") as bar:
         for p in range(passes):
-            before = one(reference, p)
+            before, before_fresh, bi = one(reference, p)
             refs.setdefault(reference, []).append(before)
             for name in others:
-                got = one(name, p)
-                after = one(reference, p)
+                if jr and jr.next_is((reference, "seam"), (name, "model"), (reference, "ref")):
+                    before, before_fresh, bi = seam(p)  # the seam an earlier resume measured, replayed
+                    refs[reference].append(before)
+                # a model is replayed only with the reference after it, so no ratio spans the interruption
+                replay = bool(jr) and jr.next_is((name, "model"), (reference, "ref"))
+                if not replay and not before_fresh:  # its left neighbour is from before the interruption
+                    jr.drop_rest()
+                    before, before_fresh, bi = seam(p)
+                    refs[reference].append(before)
+                got, _, gi = one(name, p, "model")
+                after, before_fresh, ai = one(reference, p)
                 refs[reference].append(after)
                 per_pass[name].append((got, before, after))
-                before = after
-    out.seconds = time.perf_counter() - t0
+                out.triples.setdefault(name, []).append((gi, bi, ai))
+                before, bi = after, ai
+    out.journal = jr
+    out.seconds = time.perf_counter() - t0 + replayed_s
     wl_names = list(refs[reference][0])
     for name in others:
         out.absolute[name], out.ratio[name], out.spread[name] = {}, {}, {}

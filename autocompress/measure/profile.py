@@ -120,6 +120,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
                           "interleaved": inter.as_dict(), "margin": margin_basis}
     Profile.from_dict(doc, str(out))  # validates against the schema before anything is written
     atomic_write_text(Path(out), json.dumps(doc, indent=2) + "\n")
+    inter.close()  # saved: the run journal goes
     for k, v in known.items():
         log(f"[profile] held-out {k}: median {v['median']:.1%}, p95 {v['p95']:.1%} ({v['samples']} runs)")
     return ProfileRun(Path(out), doc, len(cal), len(held))

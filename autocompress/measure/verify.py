@@ -138,9 +138,9 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
         ref = "parent" if "parent" in models else "model"
         log(f"[verify] {len(wls)} workload(s) in {spec.target.engine} on {where}: {', '.join(models)}, interleaved "
             f"with the {ref} (threads {threads or os.cpu_count()}; load average {os.getloadavg()[0]:.2f})")
-        inter = measure_interleaved(models, ref, spec.target, wls, limits, out.parent / f".{out.name}.acc" / "verify",
-                                    passes=passes, threads=threads, log=log,
-                                    progress=progress)
+        work = out.parent / f".{out.name}.acc" / "verify"
+        inter = measure_interleaved(models, ref, spec.target, wls, limits, work, passes=passes, threads=threads, log=log,
+                                    progress=progress, journal=work / "journal.jsonl")
     predicted = {n: evaluate(a, spec, prof, derived.device, derived.limits) for n, a in archs.items()}
     report = _report(spec, spec_path, out, derived, predicted, inter, env_note)
     from autocompress.report.verify import render_verify_markdown
@@ -151,6 +151,8 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
 
     if inter and update_measured(out, report):  # the model card's measured column
         log(f"[verify] measured costs written to {out.name}/README.md and config.json")
+    if inter:
+        inter.close()  # saved: the run journal goes
     judged = [r["pass"] if inter else r["predicted_ok"] for r in report["bounds"]]
     return VerifyResult(report, 0 if all(judged) else 1)
 
@@ -167,15 +169,30 @@ def _per_pass(inter, name: str, metric: str, workload: str | None) -> list[float
     """The model's value over ``name``'s, pass by pass (runs of one pass are minutes apart): the A/B
     ratio measured directly, without the reference between. On this host the parent's TPOT swung
     56-90 ms within one verify while both Gemma arms held 50-53 ms, so an A/B read through the
-    parent's ratios inherits the parent's noise (docs/decisions.md, sixth session)."""
-    def value(run_index: int, model: str) -> float:
-        res = inter.results[model][run_index]
+    parent's ratios inherits the parent's noise (docs/decisions.md, sixth session). Where a resumed
+    verify measured the two in different sessions, the direct ratio would carry the host's change
+    between them; that pass's A/B is read through each one's own neighbouring references instead.
+    Where the model is the reference, its value is the mean of ``name``'s two neighbours."""
+    def value(i: int) -> float:
+        res = inter.run_results[i]
         if metric == "memory":
             return float(res["peak_rss_bytes"])
         return statistics.fmean(m[METRIC_SAMPLE[metric]] for m in res["measurements"] if m["workload"] == workload)
 
-    n = min(len(inter.results.get("model", ())), len(inter.results.get(name, ())))
-    return [value(i, "model") / value(i, name) for i in range(n)]
+    def to_ref(t) -> float:
+        g, b, a = t
+        return value(g) / ((value(b) + value(a)) / 2)
+
+    out = []
+    for p, tn in enumerate(inter.triples.get(name, ())):
+        if inter.reference == "model":
+            out.append((value(tn[1]) + value(tn[2])) / 2 / value(tn[0]))
+            continue
+        tm = inter.triples["model"][p]
+        # memory does not drift with the host's speed: its direct ratio holds across sessions
+        same = metric == "memory" or inter.runs[tm[0]].get("session") == inter.runs[tn[0]].get("session")
+        out.append(value(tm[0]) / value(tn[0]) if same else to_ref(tm) / to_ref(tn))
+    return out
 
 
 def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_note: str) -> dict:
