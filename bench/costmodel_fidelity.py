@@ -78,7 +78,7 @@ def equal_cost_uniform(hetero, parent, profile, target):
 
 
 def model_sets(parent, shipped, target, heldout_seed: int = 0):
-    """(calibration, held-out, the heterogeneous pair member): ``calibration_sets``, its random
+    """(calibration, held-out, the heterogeneous and the uniform pair member): ``calibration_sets``, its random
     held-out variants drawn from ``heldout_seed`` when one is given (``sN-vXX``), and the uniform
     model of equal predicted TPOT appended (and the heterogeneous one, if neither set has it)."""
     from autocompress.measure.calibration import HELDOUT_ARCHS, HELDOUT_DESIGNED, calibration_sets
@@ -92,7 +92,7 @@ def model_sets(parent, shipped, target, heldout_seed: int = 0):
         held = [a for a in held if a.name in HELDOUT_DESIGNED] + [replace(a, name=f"s{heldout_seed}-{a.name}")
                                                                  for a in fresh]
     held = held + [hetero, uni] if hetero.name not in {a.name for a in cal + held} else held + [uni]
-    return cal, held, hetero
+    return cal, held, hetero, uni
 
 
 def main() -> int:
@@ -112,7 +112,7 @@ def main() -> int:
     parent, weights = parent_of("smollm2-135m")
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
     shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
-    cal, held, hetero = model_sets(parent, shipped, target, args.heldout_seed)
+    cal, held, hetero, uni = model_sets(parent, shipped, target, args.heldout_seed)
     old = None
     if args.calibration_from:
         d = json.loads(Path(args.calibration_from).read_text())

@@ -39,7 +39,7 @@ def rebuilt(path: str, target, parent):
     i = d["interleaved"]
     inter = Interleaved(i["reference"], i["absolute"], i["ratio"], i["spread"], i["peak_rss"], {}, i["runs"])
     shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
-    cal, held, _ = model_sets(parent, shipped, target, d["models"].get("heldout_seed") or 0)
+    cal, held, _, _ = model_sets(parent, shipped, target, d["models"].get("heldout_seed") or 0)
     archs = [a for a in cal + held if a.name in inter.ratio]
     limits = {a.name: derive_limits(a, target, workloads(), threads=2) for a in archs}
     rows = {r["arch"].name: r for r in normalized_rows(inter, archs, limits, workload_dicts(False))}

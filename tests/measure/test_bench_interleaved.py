@@ -42,3 +42,39 @@ def test_point_is_what_a_prediction_reads():
          "prefix_cache": False, "requests": 9}
     assert kit.point(w) == {"mode": "serve", "concurrency": 1, "input_tokens": 64, "output_tokens": 32,
                             "prefix_cache": False, "workload": "short"}
+
+
+def test_the_fidelity_benchmark_writes_its_table_from_a_measurement(tmp_path, monkeypatch):
+    """Everything after the engine runs, on a stand-in measurement (every model at the parent's
+    speed) and the stored calibration run: a name lost in a refactor (d62964e dropped ``uni``
+    from ``main``) once cost an 80-minute run at its last line."""
+    import autocompress.measure.calibration as calibration
+    import autocompress.measure.fit as fit
+    from autocompress.lang.model import ParentRef
+    from autocompress.measure.interleave import Interleaved
+    from autocompress.parents.resolve import resolve_parent
+
+    mod = _bench("costmodel_fidelity")
+    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
+    monkeypatch.setattr(mod, "parent_of", lambda alias: (parent, tmp_path))
+
+    def fake_sets(archs, target, tok, root, threads, passes=1, **kw):
+        wls = calibration.workload_dicts()
+        one = {w["name"]: {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 3.0, "throughput_tok_s": 20.0} for w in wls}
+        names = [a.name for a in archs]
+        inter = Interleaved(names[0], {n: one for n in names}, {n: {w: {k: 1.0 for k in v} for w, v in one.items()}
+                                                                  for n in names},
+                            {n: {w: {k: 0.0 for k in v} for w, v in one.items()} for n in names},
+                            {n: 3 << 30 for n in names})
+        from autocompress.measure.engines.base import derive_limits
+
+        return inter, {a.name: derive_limits(a, target, calibration.workloads(), threads=threads) for a in archs}, wls
+    monkeypatch.setattr(calibration, "measure_sets", fake_sets)
+    monkeypatch.setattr(fit, "fit_profile", lambda rows, base, target, **kw: base)  # the 7-minute fit, skipped
+    out = tmp_path / "fid"
+    monkeypatch.setattr(sys, "argv", ["costmodel_fidelity.py", "--passes", "1", "--heldout-seed", "2", "--out", str(out),
+                                      "--calibration-from",
+                                      str(ROOT / "bench/results/costmodel_fidelity-interleaved-0d9bba8.json")])
+    assert mod.main() == 0
+    md = (out.parent / "fid.md").read_text()
+    assert "narrow-many" in md and "calibrated here" in md
