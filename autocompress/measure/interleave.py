@@ -81,7 +81,6 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
     lim_of = (lambda name: limits[name]) if isinstance(limits, dict) else (lambda name: limits)
     others = [m for m in models if m != reference]
     out = Interleaved(reference)
-    per_pass: dict = {m: [] for m in others}
     rss: dict = {m: [] for m in models}
     refs: dict = {}
     t0 = time.perf_counter()
@@ -162,19 +161,19 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
                 got, _, gi = one(name, p, "model")
                 after, before_fresh, ai = one(reference, p)
                 refs[reference].append(after)
-                per_pass[name].append((got, before, after))
                 out.triples.setdefault(name, []).append((gi, bi, ai))
                 before, bi = after, ai
     out.journal = jr
     out.seconds = time.perf_counter() - t0 + replayed_s
     wl_names = list(refs[reference][0])
-    for name in others:
+    for name in others:  # its (run, reference before, after) medians per pass, from the indices
+        per_pass = [tuple(out.runs[i]["medians"] for i in t) for t in out.triples[name]]
         out.absolute[name], out.ratio[name], out.spread[name] = {}, {}, {}
         for w in wl_names:
             out.absolute[name][w], out.ratio[name][w], out.spread[name][w] = {}, {}, {}
             for k in METRICS:
-                rs = [g[w][k] / ((b[w][k] + a[w][k]) / 2) for g, b, a in per_pass[name]]
-                out.absolute[name][w][k] = statistics.fmean(g[w][k] for g, _, _ in per_pass[name])
+                rs = [g[w][k] / ((b[w][k] + a[w][k]) / 2) for g, b, a in per_pass]
+                out.absolute[name][w][k] = statistics.fmean(g[w][k] for g, _, _ in per_pass)
                 out.ratio[name][w][k] = statistics.fmean(rs)
                 out.spread[name][w][k] = max(rs) - min(rs)
     out.absolute[reference] = {w: {k: statistics.fmean(r[w][k] for r in refs[reference]) for k in METRICS}
