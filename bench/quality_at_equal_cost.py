@@ -68,9 +68,14 @@ def run_one(work: Path, example: str, seed: int, args, examples: Path | None = N
     result = work / "results" / f"{name}.json"
     if result.is_file():
         return json.loads(result.read_text())
+    text = contract_spec(example, seed, args.steps, args.seq, args.search_steps, f"../out/{name}", examples)
+    kept = committed_row(args, example, seed, text)
+    if kept:  # made in an earlier session (each starts on a fresh checkout): its row says at which commit
+        print(f"=== {name}: kept from {args.out}.json (commit {kept['commit']}, {kept['written']})", flush=True)
+        return kept
     spec = work / "specs" / f"{name}.acspec"
     spec.parent.mkdir(parents=True, exist_ok=True)
-    spec.write_text(contract_spec(example, seed, args.steps, args.seq, args.search_steps, f"../out/{name}", examples))
+    spec.write_text(text)
     t = time.perf_counter()
     print(f"=== {name}: building autocompress + uniform ({time.strftime('%H:%M:%S')})", flush=True)
     from autocompress.progress import LineSink, Progress
@@ -83,12 +88,34 @@ def run_one(work: Path, example: str, seed: int, args, examples: Path | None = N
 
         run_verify(str(r.output), str(spec), log=lambda m: print(m, flush=True))
         report["measured"], report["baseline"]["measured"] = measured_by_bound(r.output)
-    row = {"contract": example, "seed": seed, "wall_s": round(time.perf_counter() - t, 1), "report": report}
+    row = {"contract": example, "seed": seed, "wall_s": round(time.perf_counter() - t, 1), "report": report,
+           "spec": text, "commit": _commit(), "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     result.parent.mkdir(parents=True, exist_ok=True)
     tmp = result.with_suffix(".tmp")
     tmp.write_text(json.dumps(row, indent=1))
     os.replace(tmp, result)
     return row
+
+
+def _commit() -> str:
+    """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
+    import subprocess
+
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(git + ["diff", "--quiet", "HEAD", "--", "autocompress", "bench"]).returncode != 0
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
+def committed_row(args, example: str, seed: int, text: str) -> dict | None:
+    """A finished row of the committed results (``--out``.json) with this exact benchmark contract,
+    or None (``--fresh`` ignores them). Rows older than this field carry no ``spec`` and are never
+    kept."""
+    out = getattr(args, "out", None)  # the Pareto sweep passes its own arguments, without one
+    if not out or getattr(args, "fresh", False) or not Path(out + ".json").is_file():
+        return None
+    return next((r for r in json.loads(Path(out + ".json").read_text()) if r.get("contract") == example and r.get("seed") == seed
+                 and r.get("spec") == text), None)
 
 
 def measured_by_bound(output: Path) -> tuple[dict, dict]:
@@ -154,7 +181,8 @@ def table(rows: list[dict], args) -> str:
     out += ["", "## Where the capacity went", ""]
     for row in rows:
         r = row["report"]
-        out += [f"- **{row['contract']} seed {row['seed']}** ({r['how']})",
+        made = f"; made at commit {row['commit']}, {row['written']}" if row.get("commit") else ""
+        out += [f"- **{row['contract']} seed {row['seed']}** ({r['how']}{made})",
                 f"  - autocompress: {_shape(r['architecture'])}; {_thirds(r['architecture'], r['parent_architecture'])}",
                 f"  - uniform: {_shape(r['baseline']['architecture'])}"]
         ref = r.get("refine")
@@ -235,15 +263,23 @@ def main() -> int:
     ap.add_argument("--work", default=str(ROOT / "bench" / "work"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "quality_at_equal_cost"))
     ap.add_argument("--table-only", action="store_true", help="only rewrite the table from finished runs")
+    ap.add_argument("--fresh", action="store_true",
+                    help="rebuild rows the committed results already hold for the same contract text")
     args = ap.parse_args()
     work = Path(args.work)
+    from autocompress.accuracy.data import default_root
+
+    if (default_root() / "COMPLETE").exists():  # the installed benchmark data, before the cache moves below
+        os.environ.setdefault("ACC_EVAL_DATA", str(default_root()))
     os.environ.setdefault("ACC_CACHE_DIR", str(work / "cache"))
     rows = []
     for example, seed in runs(args.contracts, args.cpu_seeds):
         done = work / "results" / f"{example}-s{seed}.json"
         if args.table_only:
-            if done.is_file():
-                rows.append(json.loads(done.read_text()))
+            text = contract_spec(example, seed, args.steps, args.seq, args.search_steps, f"../out/{example}-s{seed}")
+            row = json.loads(done.read_text()) if done.is_file() else committed_row(args, example, seed, text)
+            if row:
+                rows.append(row)
             continue
         rows.append(run_one(work, example, seed, args))
         _write(rows, args)  # after every build, so a partial run still leaves a table

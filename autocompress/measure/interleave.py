@@ -33,12 +33,15 @@ class Interleaved:
     ratio: dict = field(default_factory=dict)  # model -> workload -> metric -> mean ratio to the reference
     spread: dict = field(default_factory=dict)  # model -> workload -> metric -> (max - min) of the per-pass ratios
     peak_rss: dict = field(default_factory=dict)  # model -> mean peak RSS bytes
-    results: dict = field(default_factory=dict)  # model -> the worker results of its runs (every sample)
     runs: list = field(default_factory=list)  # (model, pass, role, session, started, workload medians) in run order
     seconds: float = 0.0  # engine time, resumed runs included
     triples: dict = field(default_factory=dict)  # model -> per pass (its run, the reference before, after): runs indices
     run_results: list = field(default_factory=list, repr=False)  # the worker result of each entry of ``runs``
     journal: object = field(default=None, repr=False)  # the ``RunJournal`` the runs were recorded in
+
+    def results_of(self, model: str) -> list[dict]:
+        """The worker results of ``model``'s runs (every sample), in run order."""
+        return [res for run, res in zip(self.runs, self.run_results) if run["model"] == model]
 
     def close(self) -> None:
         """The caller has saved these results: the run journal goes, so a later call measures anew
@@ -81,8 +84,6 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
     lim_of = (lambda name: limits[name]) if isinstance(limits, dict) else (lambda name: limits)
     others = [m for m in models if m != reference]
     out = Interleaved(reference)
-    rss: dict = {m: [] for m in models}
-    refs: dict = {}
     t0 = time.perf_counter()
     total = passes * (2 * len(others) + 1)
     done = 0
@@ -111,9 +112,9 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
         return res, {"session": session, "started": started, "seconds": round(time.perf_counter() - t, 1),
                      "other_cpu": busy, "busy": busy > max_other_cpu, "attempts": attempt + 1}
 
-    def one(name: str, p: int, role: str = "ref") -> tuple[dict, bool, int]:
+    def one(name: str, p: int, role: str = "ref") -> tuple[bool, int]:
         """One run of ``name``: replayed from the journal when it holds it next, else measured;
-        (workload medians, measured in this call, its index in ``runs``)."""
+        (measured in this call, its index in ``runs``)."""
         nonlocal done, replayed_s
         fresh = not (jr and jr.next_is((name, role)))
         if fresh:
@@ -130,12 +131,10 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
         out.runs.append({"model": name, "pass": p, "role": role, "medians": med,
                          "peak_rss_bytes": res["peak_rss_bytes"], **rec})
         out.run_results.append(res)
-        rss[name].append(res["peak_rss_bytes"])
-        out.results.setdefault(name, []).append(res)
         log(f"[measure] {done}/{total} {name} (pass {p + 1}/{passes}{', ' + role if role == 'seam' else ''}"
             f"{', from the journal' if not fresh else ''}): "
             + ", ".join(f"{w} TPOT {v['tpot_s'] * 1e3:.1f} ms" for w, v in med.items()))
-        return med, fresh, len(out.runs) - 1
+        return fresh, len(out.runs) - 1
 
     def seam(p: int):
         """A reference run beside the first model after an interruption (its left neighbour)."""
@@ -146,26 +145,23 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
 
     with progress.task("measure: engine runs", total=total, unit="run") as bar:
         for p in range(passes):
-            before, before_fresh, bi = one(reference, p)
-            refs.setdefault(reference, []).append(before)
+            before_fresh, bi = one(reference, p)
             for name in others:
                 if jr and jr.next_is((reference, "seam"), (name, "model"), (reference, "ref")):
-                    before, before_fresh, bi = seam(p)  # the seam an earlier resume measured, replayed
-                    refs[reference].append(before)
+                    before_fresh, bi = seam(p)  # the seam an earlier resume measured, replayed
                 # a model is replayed only with the reference after it, so no ratio spans the interruption
                 replay = bool(jr) and jr.next_is((name, "model"), (reference, "ref"))
                 if not replay and not before_fresh:  # its left neighbour is from before the interruption
                     jr.drop_rest()
-                    before, before_fresh, bi = seam(p)
-                    refs[reference].append(before)
-                got, _, gi = one(name, p, "model")
-                after, before_fresh, ai = one(reference, p)
-                refs[reference].append(after)
+                    before_fresh, bi = seam(p)
+                _, gi = one(name, p, "model")
+                before_fresh, ai = one(reference, p)
                 out.triples.setdefault(name, []).append((gi, bi, ai))
-                before, bi = after, ai
+                bi = ai
     out.journal = jr
     out.seconds = time.perf_counter() - t0 + replayed_s
-    wl_names = list(refs[reference][0])
+    refs = [r["medians"] for r in out.runs if r["model"] == reference]  # every reference run, seams included
+    wl_names = list(refs[0])
     for name in others:  # its (run, reference before, after) medians per pass, from the indices
         per_pass = [tuple(out.runs[i]["medians"] for i in t) for t in out.triples[name]]
         out.absolute[name], out.ratio[name], out.spread[name] = {}, {}, {}
@@ -176,10 +172,11 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
                 out.absolute[name][w][k] = statistics.fmean(g[w][k] for g, _, _ in per_pass)
                 out.ratio[name][w][k] = statistics.fmean(rs)
                 out.spread[name][w][k] = max(rs) - min(rs)
-    out.absolute[reference] = {w: {k: statistics.fmean(r[w][k] for r in refs[reference]) for k in METRICS}
+    out.absolute[reference] = {w: {k: statistics.fmean(r[w][k] for r in refs) for k in METRICS}
                                for w in wl_names}
     out.ratio[reference] = {w: {k: 1.0 for k in METRICS} for w in wl_names}
-    out.peak_rss = {m: int(statistics.fmean(v)) for m, v in rss.items() if v}
+    out.peak_rss = {m: int(statistics.fmean(r["peak_rss_bytes"] for r in out.runs if r["model"] == m))
+                    for m in models if any(r["model"] == m for r in out.runs)}
     return out
 
 

@@ -53,7 +53,7 @@ def _value(metric: str, percentile, inter, name: str, workload: str | None) -> f
         return float(inter.peak_rss[name])
     if percentile is None or metric == "throughput":
         return inter.absolute[name][workload][METRIC_SAMPLE[metric]]
-    s = _samples(inter.results[name], workload)
+    s = _samples(inter.results_of(name), workload)
     if metric == "tpot":
         vals = [(x["e2e_s"] - x["ttft_s"]) / (x["output_tokens"] - 1) for x in s if x["output_tokens"] > 1]
     else:
@@ -227,7 +227,7 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
 
     versions = {}
     if inter is not None:
-        versions = dict(tuple(x) for x in inter.results["model"][0]["measurements"][0].get("versions", ()))
+        versions = dict(tuple(x) for x in inter.results_of("model")[0]["measurements"][0].get("versions", ()))
     return {
         "schema": "autocompress/verify-report/v2",
         "spec": os.path.basename(spec_path),
@@ -241,6 +241,6 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
             "reference": inter.reference, "passes": max(r["pass"] for r in inter.runs) + 1, "seconds": inter.seconds,
             "runs": inter.runs, "absolute": inter.absolute, "ratio": inter.ratio, "spread": inter.spread,
             "peak_rss": inter.peak_rss,
-            "load_before": inter.results["model"][0]["load_before"], "load_after": inter.results["model"][-1]["load_after"]},
+            "load_before": inter.results_of("model")[0]["load_before"], "load_after": inter.results_of("model")[-1]["load_after"]},
         "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }

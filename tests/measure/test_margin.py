@@ -50,7 +50,7 @@ def test_every_interleaved_run_records_its_peak_rss():
                               passes=1, run=run, log=lambda m: None)
     assert [(r["model"], r["peak_rss_bytes"]) for r in res.runs] == [("R", 100), ("A", 110), ("R", 120),
                                                                      ("B", 130), ("R", 140)]
-    assert [r["peak_rss_bytes"] for r in res.results["R"]] == [100, 120, 140]
+    assert [r["peak_rss_bytes"] for r in res.results_of("R")] == [100, 120, 140]
 
 
 def test_reports_say_where_the_margin_comes_from():
