@@ -21,9 +21,9 @@ path measures both arms interleaved with the parent in one ``acc verify`` run. O
 ``bench/results/pareto_cpu.md`` / ``.json`` and, when matplotlib is installed (an optional extra:
 ``pip install matplotlib``), ``pareto_cpu.png``.
 
-Cost on this 2-core host: per level two distillations (~10 min each at 60 steps) and three
-accuracy evaluations (~10 min each; the parent's is cached after the first), plus verify: about
-an hour per level. Resumable (every stage is content-addressed in ``bench/work/stages``).
+Cost on this 2-core host: per level two searches, two distillations and two accuracy evaluations
+(the parent's is cached), plus a five-run verify: the levels 0.67x and 0.70x took 26 and 23
+minutes on 2026-12-03 (their rows' ``wall_s``). Resumable (every stage is content-addressed in ``bench/work/stages``).
 
     nohup python bench/pareto_sweep.py > bench/work/pareto.log 2>&1 &
 """
@@ -67,6 +67,17 @@ def level_example(f: float, parent_bytes: float) -> str:
     return name
 
 
+def arm(rep: dict, accuracy: dict) -> dict:
+    """One strategy's point: measured binding cost, parameters, eight-benchmark mean and SE."""
+    summ = (accuracy.get("student") or {}).get("summary", {})
+    return {"measured_mib": rep["measured"][BOUND] / MIB, "mean": summ.get("mean"), "stderr": summ.get("stderr"),
+            "params": rep["architecture"]["active_params"]}
+
+
+def cell(a: dict) -> str:
+    return f"{a['measured_mib']:,.0f} MiB, {a['params'] / 1e6:.1f}M, {100 * a['mean']:.1f} ± {100 * a['stderr']:.1f}"
+
+
 def plot(rows: list[dict], parent: dict, path: Path) -> bool:
     try:
         import matplotlib
@@ -90,6 +101,8 @@ def plot(rows: list[dict], parent: dict, path: Path) -> bool:
 
 def main() -> int:
     import quality_at_equal_cost as q
+
+    from autocompress.lang.api import parse_spec
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--levels", nargs="*", type=float, default=[0.67, 0.70])
@@ -115,16 +128,10 @@ def main() -> int:
         row = q.run_one(work, name, args.seed, args, examples=examples)
         q.paired(row, work)  # autocompress minus uniform on the same documents
         r = row["report"]
-        m = re.search(r"memory\s*<=\s*([0-9.]+)\s*([GM])iB", row["spec"])
-        bound = float(m.group(1)) * (1024 if m.group(2) == "G" else 1)  # MiB, as the contract wrote it
+        # the bound as the language reads the row's contract (the level's or the example's own)
+        bound = parse_spec(row["spec"], base_dir=str(work / "specs")).target.memory_limit_bytes / MIB
         acc, bacc = r["quality"].get("accuracy") or {}, r["baseline"]["quality"].get("accuracy") or {}
         parent = {"measured_mib": peak / MIB, "mean": (acc.get("parent") or {}).get("summary", {}).get("mean")}
-
-        def arm(rep: dict, a: dict) -> dict:
-            summ = (a.get("student") or {}).get("summary", {})
-            return {"measured_mib": rep["measured"][BOUND] / MIB, "mean": summ.get("mean"), "stderr": summ.get("stderr"),
-                    "params": rep["architecture"]["active_params"]}
-
         rows.append({"contract": name, "level": round(bound * MIB / peak, 3), "bound_mib": bound,
                      "commit": row["commit"], "written": row["written"], "paired": row.get("paired"),
                      "autocompress": arm(r, acc), "uniform": arm(r["baseline"], bacc)})
@@ -133,9 +140,6 @@ def main() -> int:
     lines = ["| level (x parent) | bound | autocompress: measured, params, 8-bench mean | "
              "uniform: measured, params, 8-bench mean | minus uniform, paired | row from |",
              "|---|---|---|---|---|---|"]
-
-    def cell(a: dict) -> str:
-        return f"{a['measured_mib']:,.0f} MiB, {a['params'] / 1e6:.1f}M, {100 * a['mean']:.1f} ± {100 * a['stderr']:.1f}"
 
     for r in sorted(rows, key=lambda r: r["bound_mib"]):
         d = r["paired"]

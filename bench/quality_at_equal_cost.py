@@ -123,7 +123,7 @@ def committed_row(args, example: str, seed: int, text: str) -> dict | None:
     """A finished row of the committed results (``--out``.json) with this exact benchmark contract,
     or None (``--fresh`` ignores them). Rows older than this field carry no ``spec`` and are never
     kept."""
-    out = getattr(args, "out", None)  # the Pareto sweep passes its own arguments, without one
+    out = getattr(args, "out", None)  # callers with their own arguments may leave it out
     if not out or getattr(args, "fresh", False) or not Path(out + ".json").is_file():
         return None
     path = Path(out + ".json")
