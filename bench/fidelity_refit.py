@@ -12,6 +12,13 @@ profile fitted by an earlier commit can be scored on a later run's architectures
     python bench/fidelity_refit.py bench/results/costmodel_fidelity.json \\
         --calibration-from bench/results/costmodel_fidelity-interleaved-0d9bba8.json \\
         --params bench/results/costmodel_fidelity-interleaved-0d9bba8.params.json
+    python bench/fidelity_refit.py bench/results/costmodel_fidelity.json --own-fit \
+        --calibration-from bench/results/costmodel_fidelity-interleaved-0d9bba8.json \
+        --scan gqa_kv_reread=0,0.034,0.1,0.2,0.4,0.7,1
+
+``--own-fit`` scores the profile the run fitted itself; ``--stable X`` adds the errors over the cells
+whose two passes agree within X; the Spearman lines show whether the error follows the share of
+KV-reduced layers (a systematic term) or not.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ def rebuilt(path: str, target, parent):
 
     d = json.loads(Path(path).read_text())
     i = d["interleaved"]
-    inter = Interleaved(i["reference"], i["absolute"], i["ratio"], i["spread"], i["peak_rss"], {}, i["runs"])
+    inter = Interleaved(i["reference"], i["absolute"], i["ratio"], i["spread"], i["peak_rss"], runs=i["runs"])
     shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
     cal, held, _, _ = model_sets(parent, shipped, target, d["models"].get("heldout_seed") or 0)
     archs = [a for a in cal + held if a.name in inter.ratio]
@@ -46,12 +53,66 @@ def rebuilt(path: str, target, parent):
     return rows, inter, d
 
 
+def stable_only(errs: dict[str, list[float]], held: list[dict], inter, within: float) -> dict[str, list[float]]:
+    """The errors of the cells (model x workload x metric) whose per-pass ratios agree within
+    ``within`` of their mean: where the measurement itself reproduced, so an error there is the
+    cost model's and not the host's. ``errs`` is ``ratio_errors``'s, in its order."""
+    out: dict[str, list[float]] = {k: [] for k in errs}
+    for k in errs:
+        key = "throughput_tok_s" if k == "throughput" else f"{k}_s"
+        cells = [(r["arch"].name, m["workload"]) for r in held for m in r["result"]["measurements"]]
+        for (name, w), e in zip(cells, errs[k]):
+            if inter.spread[name][w][key] <= within * inter.ratio[name][w][key]:
+                out[k].append(e)
+    return out
+
+
+def own_params(fitted: dict) -> dict[str, float]:
+    """``fit._params``'s flat form of a fidelity JSON's ``fitted`` block (per-op efficiencies, kernel)."""
+    p = {f"{c}.{k}": v for c, e in fitted["per_op"].items() for k, v in e.items()}
+    return p | fitted["kernel"]
+
+
+def fewer_kv_share(arch, kv_parent: int) -> float:
+    """The share of ``arch``'s attention layers with fewer KV heads than the parent's."""
+    kv = [b.mixer.kv_heads for b in arch.blocks if b.mixer]
+    return sum(1 for v in kv if v < kv_parent) / len(kv) if kv else 0.0
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rank correlation, ties at their mean rank (Pearson on the ranks)."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=v.__getitem__)
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for t in range(i, j + 1):
+                r[order[t]] = (i + j) / 2
+            i = j + 1
+        return r
+    rx, ry = ranks(x), ranks(y)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sx, sy = sum((a - mx) ** 2 for a in rx) ** 0.5, sum((b - my) ** 2 for b in ry) ** 0.5
+    return cov / (sx * sy) if sx and sy else float("nan")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("json")
     ap.add_argument("--calibration-from")
     ap.add_argument("--params")
     ap.add_argument("--save-params")
+    ap.add_argument("--scan", metavar="KEY=V1,V2,...",
+                    help="diagnostic: also score the profile with one constant set to each value in turn (on the "
+                         "held-out data itself, so it shows what a term could explain, never a fit)")
+    ap.add_argument("--own-fit", action="store_true",
+                    help="score the profile the run itself fitted (its JSON's 'fitted'), without refitting")
+    ap.add_argument("--stable", type=float, default=0.05, metavar="X",
+                    help="also score only the cells whose per-pass ratios agree within X (default 0.05)")
     args = ap.parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
@@ -61,8 +122,9 @@ def main() -> int:
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
     rows, inter, d = rebuilt(args.json, target, parent)
     cal_rows, _, cd = rebuilt(args.calibration_from, target, parent) if args.calibration_from else (rows, inter, d)
-    if args.params:  # constants the stored parameters predate are 0: the model without them
-        p = {k: 0.0 for k in KERNEL_KEYS} | json.loads(Path(args.params).read_text())
+    if args.params or args.own_fit:  # constants the stored parameters predate are 0: the model without them
+        p = {k: 0.0 for k in KERNEL_KEYS} | (own_params(d["fitted"]) if args.own_fit else
+                                            json.loads(Path(args.params).read_text()))
         prof = _profile(base, p)
     else:
         prof = fit_profile([cal_rows[n] for n in cd["models"]["calibration"]], base, target, log=print)
@@ -70,8 +132,21 @@ def main() -> int:
         Path(args.save_params).write_text(json.dumps(_params(prof), indent=1, sort_keys=True) + "\n")
     held = [rows[n] for n in d["models"]["heldout"]]
     ref = rows[inter.reference]
-    for k, v in summary(ratio_errors(held, ref, inter, prof, target)).items():
+    errs = ratio_errors(held, ref, inter, prof, target)
+    for k, v in summary(errs).items():
         print(f"{k:10s} ratio median {v['median']:.1%}  p95 {v['p95']:.1%}")
+    if len(inter.runs) > 2 * len(inter.ratio):  # more than one pass: the ratios have a spread
+        for k, v in summary(stable_only(errs, held, inter, args.stable)).items():
+            print(f"{k:10s} passes agree within {args.stable:.0%}: ratio median {v['median']:.1%}  "
+                  f"p95 {v['p95']:.1%}  ({v['samples']} of {len(errs[k])} cells)")
+    if args.scan:
+        key, values = args.scan.split("=", 1)
+        for v in (float(x) for x in values.split(",")):
+            p = _params(prof) | {key: v}
+            if key in KERNEL_KEYS and not v:  # _params lifts a 0 to the search's start; a scan means 0
+                p[key] = 0.0
+            s = summary(ratio_errors(held, ref, inter, _profile(base, p), target))
+            print(f"scan {key}={v:g}: " + "  ".join(f"{k} {e['median']:.1%}/{e['p95']:.1%}" for k, e in s.items()))
     rp = {m["workload"]: predicted(ref["arch"], m, ref["limits"], prof, target) for m in ref["result"]["measurements"]}
     per_wl: dict = {}
     print("per held-out run, TPOT and E2E ratio error by workload:")
@@ -87,6 +162,17 @@ def main() -> int:
     print("per workload, |ratio error| median / max:")
     for (w, k), v in sorted(per_wl.items()):
         print(f"  {w:10s} {k:5s} {statistics.median(v):.1%} / {max(v):.1%}")
+    print("per workload, Spearman rank correlation of the signed error with the share of attention layers "
+          "that have fewer KV heads than the parent (negative: those models measure dearer than predicted):")
+    kv_parent = max(b.mixer.kv_heads for b in ref["arch"].blocks if b.mixer)
+    share = [fewer_kv_share(r["arch"], kv_parent) for r in held]
+    for w in [m["workload"] for m in ref["result"]["measurements"]]:
+        cells = []
+        for k in ("tpot", "e2e"):
+            e = [predicted(r["arch"], m, r["limits"], prof, target)[k] / rp[w][k] / inter.ratio[r["arch"].name][w][f"{k}_s"] - 1
+                 for r in held for m in r["result"]["measurements"] if m["workload"] == w]
+            cells.append(f"{k} {spearman(share, e):+.2f}")
+        print(f"  {w:10s} " + "  ".join(cells) + f"  ({len(held)} models)")
     return 0
 
 

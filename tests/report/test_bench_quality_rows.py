@@ -46,3 +46,18 @@ def test_the_pareto_levels_rewrite_the_memory_bound_and_nothing_else(tmp_path, m
     assert name == "cpu-vllm-x70" and "memory <= 2654 MiB" in text
     changed = [(a, b) for a, b in zip(original.splitlines(), text.splitlines()) if a != b]
     assert len(changed) == 1 and "memory" in changed[0][0]
+
+
+def test_the_capacity_table_counts_sub_blocks_widths_and_thirds():
+    c = _bench("capacity")
+    att = {"kind": "attention", "kv_heads": 3}
+    layers = [{"mixer": att, "ffn": {"width": 100}}, {"mixer": None, "ffn": {"width": 50}},
+              {"mixer": {"kind": "attention", "kv_heads": 1}, "ffn": None},
+              {"mixer": att, "ffn": {"width": 50}}, {"mixer": att, "ffn": {"width": 100}},
+              {"mixer": None, "ffn": None}]
+    s = c.shape({"hidden": 64, "params": 2_500_000, "layers": layers})
+    assert (s["attention"], s["kv"], s["ffn"], s["distinct_widths"]) == (4, "1x1/3x3", 4, 2)
+    assert s["ffn_widths"] == "50-100 (median 75)" and s["params_m"] == 2.5
+    assert s["thirds"] == "50/17/33"  # layers 0-1: 150, 2-3: 50, 4-5: 100 of 300 channels
+    assert c.chosen_kl("measured choice: greedy (hidden 512), KL 4.037 (27 of 30 layers differ)") == 4.037
+    assert c.chosen_kl("no measurement") is None

@@ -1,0 +1,54 @@
+"""bench/fidelity_refit.py's diagnostics: the rank correlation, the cells whose passes agree, the
+share of KV-reduced layers, and the run's own fit in the fitter's flat form."""
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _refit():
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("bench_fidelity_refit", ROOT / "bench" / "fidelity_refit.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_spearman_ranks_ties_at_their_mean_and_sees_order_not_size():
+    r = _refit()
+    assert r.spearman([1, 2, 3, 4], [10, 20, 30, 1000]) == pytest.approx(1.0)
+    assert r.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # x ties on its first two: ranks 0.5, 0.5, 2, 3 against 0, 1, 2, 3 -> Pearson of the ranks
+    assert r.spearman([0, 0, 1, 2], [1, 2, 3, 4]) == pytest.approx(0.9486833, rel=1e-6)
+    assert r.spearman([1, 1, 1], [1, 2, 3]) != r.spearman([1, 1, 1], [1, 2, 3])  # nan: no order to rank
+
+
+def test_only_cells_whose_passes_agree_are_kept_in_order():
+    r = _refit()
+    held = [{"arch": SimpleNamespace(name=n), "result": {"measurements": [{"workload": "short"}, {"workload": "long"}]}}
+            for n in ("a", "b")]
+    ratio = {n: {w: {"tpot_s": 0.5, "e2e_s": 0.5, "ttft_s": 0.5, "throughput_tok_s": 2.0} for w in ("short", "long")}
+             for n in ("a", "b")}
+    spread = {"a": {"short": {"tpot_s": 0.01, "e2e_s": 0.2, "ttft_s": 0.0, "throughput_tok_s": 0.05},
+                    "long": {"tpot_s": 0.04, "e2e_s": 0.0, "ttft_s": 0.0, "throughput_tok_s": 0.5}},
+              "b": {"short": {"tpot_s": 0.0, "e2e_s": 0.0, "ttft_s": 0.0, "throughput_tok_s": 0.0},
+                    "long": {"tpot_s": 0.5, "e2e_s": 0.0, "ttft_s": 0.0, "throughput_tok_s": 0.0}}}
+    inter = SimpleNamespace(ratio=ratio, spread=spread)
+    errs = {"tpot": [0.1, 0.2, 0.3, 0.4], "e2e": [0.1, 0.2, 0.3, 0.4], "throughput": [0.1, 0.2, 0.3, 0.4]}
+    out = r.stable_only(errs, held, inter, 0.05)  # within 5% of the ratio: 0.025 of 0.5, 0.1 of 2.0
+    assert out["tpot"] == [0.1, 0.3]  # a/long (0.04) and b/long (0.5) spread too much
+    assert out["e2e"] == [0.2, 0.3, 0.4]
+    assert out["throughput"] == [0.1, 0.3, 0.4]
+
+
+def test_the_kv_share_counts_attention_layers_only_and_the_own_fit_is_flat():
+    r = _refit()
+    blocks = [SimpleNamespace(mixer=SimpleNamespace(kv_heads=k) if k else None) for k in (1, 3, None, 1)]
+    assert r.fewer_kv_share(SimpleNamespace(blocks=blocks), 3) == pytest.approx(2 / 3)
+    fitted = {"per_op": {"gemm": {"compute": 2.0, "memory": 1.5}}, "kernel": {"launch_s": 5e-6}}
+    assert r.own_params(fitted) == {"gemm.compute": 2.0, "gemm.memory": 1.5, "launch_s": 5e-6}
