@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _interleaved import parent_of, target as bench_target  # noqa: E402
+from kl_rank_correlation import spearman  # noqa: E402  (one rank correlation for the bench scripts)
 
 
 def rebuilt(path: str, target, parent):
@@ -77,27 +78,6 @@ def fewer_kv_share(arch, kv_parent: int) -> float:
     """The share of ``arch``'s attention layers with fewer KV heads than the parent's."""
     kv = [b.mixer.kv_heads for b in arch.blocks if b.mixer]
     return sum(1 for v in kv if v < kv_parent) / len(kv) if kv else 0.0
-
-
-def spearman(x: list[float], y: list[float]) -> float:
-    """Spearman's rank correlation, ties at their mean rank (Pearson on the ranks)."""
-    def ranks(v):
-        order = sorted(range(len(v)), key=v.__getitem__)
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for t in range(i, j + 1):
-                r[order[t]] = (i + j) / 2
-            i = j + 1
-        return r
-    rx, ry = ranks(x), ranks(y)
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sx, sy = sum((a - mx) ** 2 for a in rx) ** 0.5, sum((b - my) ** 2 for b in ry) ** 0.5
-    return cov / (sx * sy) if sx and sy else float("nan")
 
 
 def main() -> int:
@@ -171,7 +151,8 @@ def main() -> int:
         for k in ("tpot", "e2e"):
             e = [predicted(r["arch"], m, r["limits"], prof, target)[k] / rp[w][k] / inter.ratio[r["arch"].name][w][f"{k}_s"] - 1
                  for r in held for m in r["result"]["measurements"] if m["workload"] == w]
-            cells.append(f"{k} {spearman(share, e):+.2f}")
+            rho = spearman(share, e)
+            cells.append(f"{k} {rho:+.2f}" if rho is not None else f"{k} -")
         print(f"  {w:10s} " + "  ".join(cells) + f"  ({len(held)} models)")
     return 0
 
