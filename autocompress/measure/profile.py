@@ -92,7 +92,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     held_errors = errors(heldout, fitted, target)
     known = summary(held_errors)
     # the margin from this calibration's evidence, not the default's guess (measure.margin)
-    ref_rss = [r["peak_rss_bytes"] for r in inter.results.get(cal[0].name, [])]
+    ref_rss = [r["peak_rss_bytes"] for r in inter.results_of(cal[0].name)]
     mf, mb, margin_basis = safety_margin(held_errors["memory"], ref_rss, fitted.memory.margin_fraction,
                                          fitted.memory.margin_bytes, loo_memory_errors(calib, fitted, target))
     fitted = replace(fitted, memory=replace(fitted.memory, margin_fraction=mf, margin_bytes=mb))

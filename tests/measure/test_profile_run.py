@@ -1,0 +1,47 @@
+"""``acc profile``'s path after the engine runs, on a stand-in engine: the fit's inputs, the margin
+from the reference's own runs, the schema-checked profile file. b8d2256 renamed
+``Interleaved.results`` to ``results_of`` and left ``run_profile`` on the old name; every unit test
+passed, and the README's main command failed after 10 minutes of calibration on a new machine."""
+
+import json
+from pathlib import Path
+
+
+def test_a_quick_profile_is_written_from_an_interleaved_measurement(tmp_path, monkeypatch):
+    import autocompress.measure.calibration as calibration
+    import autocompress.measure.fit as fit
+    import autocompress.measure.presence as presence
+    from autocompress.measure.engines.base import derive_limits
+    from autocompress.measure.interleave import measure_interleaved
+    from autocompress.measure.profile import run_profile
+
+    rss = iter(range(2_600 << 20, 4_000 << 20, 7 << 20))
+
+    def engine_run(folder, limits):  # every model at one speed; each run's peak RSS a little higher
+        return {"measurements": [{"workload": w["name"], "mode": w["mode"], "concurrency": w["concurrency"],
+                                  "input_tokens": w["input_tokens"], "output_tokens": w["output_tokens"],
+                                  "prefix_cache": w["prefix_cache"], "ttft_s": 0.2, "tpot_s": 0.03, "e2e_s": 1.2,
+                                  "throughput_tok_s": 25.0, "other_cpu": 0.0, "samples": []}
+                                 for w in calibration.workload_dicts(True)], "peak_rss_bytes": next(rss)}
+
+    def fake_sets(archs, target, tok, root, threads=None, quick=False, passes=1, log=print, progress=None):
+        wls = calibration.workload_dicts(quick)
+        limits = {a.name: derive_limits(a, target, calibration.workloads(), threads=threads) for a in archs}
+        inter = measure_interleaved({a.name: Path(a.name) for a in archs}, archs[0].name, target, wls, limits,
+                                    Path(root), passes=passes, run=engine_run, log=lambda m: None,
+                                    journal=Path(root) / "journal.jsonl")
+        return inter, limits, wls
+
+    monkeypatch.setattr(calibration, "measure_sets", fake_sets)
+    monkeypatch.setattr(fit, "fit_profile", lambda rows, base, target, **kw: base)  # minutes of least squares
+    monkeypatch.setattr(presence, "engine_available", lambda engine: (True, ""))
+    import autocompress.measure.profile as profile  # the stand-in engine needs no tokenizer: skip the GGUF conversion
+    monkeypatch.setattr(profile, "_tokenizer_dir", lambda *a, **k: tmp_path)
+    out = tmp_path / "p.json"
+    run = run_profile("cpu", "vllm", out, quick=True, root=tmp_path / "work", log=lambda m: None)
+    doc = json.loads(out.read_text())
+    m = doc["measurement"]
+    assert m["runs"] == 2 * (run.calibration + run.heldout - 1) + 1  # reference, model, reference, ...
+    # the margin's RSS term comes from the reference's own runs, every one of them
+    assert m["margin"]["reference_runs"] == run.calibration + run.heldout
+    assert not (tmp_path / "work" / "journal.jsonl").exists()  # saved: the journal goes
