@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +106,8 @@ def summary(rows: list[dict]) -> dict:
 def render(rows: list[dict], rho: dict, meta: dict) -> str:
     out = ["# KL before distillation against quality after (issue 14)", "",
            f"Contract `{meta['contract']}`, {len(rows)} candidates, {meta['steps']} distillation steps each. "
-           f"Made by `{meta['command']}`.", "", "| candidate | params M | KL before | " +
+           f"Made by `{meta['command']}`" + (f" on {meta['machine']}, finished {meta['finished']}" if "machine" in meta else "") +
+           ".", "", "| candidate | params M | KL before | " +
            " | ".join(f"{k} after" for k in rho) + " |", "|" + "---|" * (3 + len(rho))]
     for r in rows:
         vals = [r["after"][k.split(".")[0]][k.split(".")[1]] for k in rho]
@@ -141,8 +143,11 @@ def main(argv=None) -> int:
     rows = run(spec, args.work / "stages", args.candidates, args.steps,
                Progress(LineSink(lambda m: print(m, flush=True), every_s=30)))
     rho = summary(rows)
+    from autocompress.cost.machine import this_machine
+
     meta = {"contract": args.contract, "steps": args.steps, "command": "python bench/kl_rank_correlation.py " +
-            " ".join(argv if argv is not None else sys.argv[1:])}
+            " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": this_machine("vllm").describe(), "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "kl_rank_correlation.json").write_text(json.dumps({"meta": meta, "rows": rows, "spearman": rho},
                                                                       indent=1) + "\n")
