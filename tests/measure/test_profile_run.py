@@ -1,5 +1,6 @@
-"""``acc profile``'s path after the engine runs, on a stand-in engine: the fit's inputs, the margin
-from the reference's own runs, the schema-checked profile file. b8d2256 renamed
+"""``acc profile``'s path after the engine runs, on a stand-in engine: the profile file is written,
+with the run count of an interleaved schedule and a margin from all of the reference's runs, and the
+run journal is removed once it is saved. b8d2256 renamed
 ``Interleaved.results`` to ``results_of`` and left ``run_profile`` on the old name; every unit test
 passed, and the README's main command failed after 10 minutes of calibration on a new machine."""
 
@@ -11,6 +12,7 @@ def test_a_quick_profile_is_written_from_an_interleaved_measurement(tmp_path, mo
     import autocompress.measure.calibration as calibration
     import autocompress.measure.fit as fit
     import autocompress.measure.presence as presence
+    import autocompress.measure.profile as profile
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import measure_interleaved
     from autocompress.measure.profile import run_profile
@@ -35,7 +37,7 @@ def test_a_quick_profile_is_written_from_an_interleaved_measurement(tmp_path, mo
     monkeypatch.setattr(calibration, "measure_sets", fake_sets)
     monkeypatch.setattr(fit, "fit_profile", lambda rows, base, target, **kw: base)  # minutes of least squares
     monkeypatch.setattr(presence, "engine_available", lambda engine: (True, ""))
-    import autocompress.measure.profile as profile  # the stand-in engine needs no tokenizer: skip the GGUF conversion
+    # the stand-in engine needs no tokenizer: skip the GGUF conversion
     monkeypatch.setattr(profile, "_tokenizer_dir", lambda *a, **k: tmp_path)
     out = tmp_path / "p.json"
     run = run_profile("cpu", "vllm", out, quick=True, root=tmp_path / "work", log=lambda m: None)
