@@ -73,11 +73,26 @@ def test_spearman_against_hand_ranks():
 
 
 def test_rank_correlation_plumbing_on_a_tiny_parent(tmp_path, project):
+    """The build's candidates first, then the uniform frontier; each distilled by the build's stage,
+    exported, measured after; the summary page gathers every contract's JSON."""
     rank = _bench("kl_rank_correlation")
     results = tmp_path / "results"
-    assert rank.main(["--contract", "spec", "--examples", str(project), "--candidates", "3", "--steps", "2", "--seq",
-                      "32", "--spec-steps", "2", "--work", str(tmp_path / "work"), "--results", str(results)]) == 0
-    data = json.loads((results / "kl_rank_correlation.json").read_text())
-    assert 2 <= len(data["rows"]) <= 3 and data["rows"][0]["name"] == "cvxpy start"
-    assert all(r["kl_before"] >= 0 and r["after"]["code"]["ppl"] > 1 for r in data["rows"])
-    assert set(data["spearman"]) >= {"code.kl", "code.ppl"}
+    args = ["--contract", "spec", "--examples", str(project), "--candidates", "4", "--steps", "2", "--seq", "32",
+            "--spec-steps", "2", "--work", str(tmp_path / "work"), "--results", str(results), "--accuracy"]
+    assert rank.main(args) == 0
+    data = json.loads((results / "kl_rank_correlation-spec.json").read_text())
+    rows = data["rows"]
+    assert 3 <= len(rows) and rows[0]["name"] == "cvxpy start" and rows[0]["source"] == "build"
+    assert any(r["name"].startswith("greedy") for r in rows)
+    assert len({r["shape"] + str(r["params"]) for r in rows}) == len(rows)  # no candidate twice
+    assert all(r["kl_before"] >= 0 and r["after"]["code"]["ppl"] > 1 for r in rows)
+    assert all(0 <= r["accuracy"]["mean"] <= 1 for r in rows)  # the fixture benchmark documents
+    s = data["summary"]
+    assert set(s) >= {"code.kl", "code.ppl", "8-bench mean"}
+    pick = min(rows, key=lambda r: r["kl_before"])["name"]
+    assert all(e["pick"] == pick and 1 <= e["pick_rank"] <= len(rows) for e in s.values())
+    assert "| spec | " in (results / "kl_rank_correlation.md").read_text()
+    # a second run resumes from the cached distillation and accuracy stages: the same rows
+    assert rank.main(args) == 0
+    again = json.loads((results / "kl_rank_correlation-spec.json").read_text())["rows"]
+    assert [r["after"] for r in again] == [r["after"] for r in rows]
