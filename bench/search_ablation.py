@@ -68,7 +68,8 @@ def row_of(report: dict) -> dict:
             "ppl": {k: v.get("ppl") for k, v in (q.get("student") or {}).items()},
             "kl": {k: v.get("kl") for k, v in (q.get("student") or {}).items()},
             "search_s": search_s, "capacity": capacity(report["architecture"]),
-            "candidates": (report.get("refine") or {}).get("candidates"),
+            "candidates": (report.get("refine") or {}).get("candidates"), "shortlist": report.get("shortlist"),
+            "how_search": report.get("how_search"),
             "all_bounds_met": all(c["ok"] for c in report["predicted"]["checks"])}
 
 
@@ -144,7 +145,8 @@ def render(rows: list[dict], meta: dict) -> str:
                    f"{c['attention_kept']}/{c['layers']} | {c['ffn_kept']}/{c['layers']} | "
                    f"{f(c['ffn_mean_width'], '.0f')} | {c['params'] / 1e6:.2f} | {'met' if r['all_bounds_met'] else 'NOT met'} |")
     out += ["", "How each arm chose (the build report's `how`):", ""]
-    out += [f"- {r['contract']} s{r['seed']} ({r['arm']}): {r['how']}" for r in rows]
+    out += [f"- {r['contract']} s{r['seed']} ({r['arm']}): {r['how']}" + (
+        f" (the search alone: {r['how_search']})" if r.get("how_search") else "") for r in rows]
     moved = [r for r in rows if (r.get("router") or {}).get("router") == "v2"]
     if moved:
         out += ["", "Router v2 (choices of its decode that differ from the cvxpy point; KD loss first -> last step):", ""]

@@ -34,8 +34,9 @@ def budget_of(max_evals: int) -> int:
 
 def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, max_evals: int, search_tokens: int,
                      log: Callable[[str], None] = lambda m: None,
-                     tick: Callable[[], None] = lambda: None) -> tuple[object, float, dict]:
-    """(architecture, its KL, the report's ``refine`` entry) of the measured choice.
+                     tick: Callable[[], None] = lambda: None) -> tuple[object, float, dict, list]:
+    """(architecture, its KL, the report's ``refine`` entry, every measured candidate as ``(name,
+    KL, architecture)`` least KL first: the search's finalists) of the measured choice.
 
     ``frontier``: (arch, evaluation, prior importance, hidden) best prior first; ``to_state(arch)``
     the supernet's state (``ValueError``: not expressible there, skipped); ``search_tokens``: the
@@ -75,4 +76,5 @@ def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, ma
              "tokens": len(scored) * SELECT_ROWS * search_tokens, "budget_tokens": max_evals * search_tokens,
              "seconds": round(time.perf_counter() - t0, 1), "frontier": len(frontier), "skipped": skipped,
              "candidates": [{k: v for k, v in c.items() if k != "arch"} for c in scored]}
-    return best["arch"], best["kl"], entry
+    ranked = [(c["name"], c["kl"], c["arch"]) for c in sorted(scored, key=lambda c: c["kl"])]
+    return best["arch"], best["kl"], entry, ranked

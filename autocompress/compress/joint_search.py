@@ -26,7 +26,8 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
                      imp, parent_arch, progress, ckpt_dir=None) -> dict:
     """The search stage's JSON for ``settings.strategy`` in (``router``, ``router-refine``)."""
     from autocompress.compress.router_v2 import train_router_v2
-    from autocompress.compress.search import _measures, arch_json, candidate_json, final_choice, search_configs
+    from autocompress.compress.search import (_measures, arch_json, candidate_json, final_choice, finalists_json,
+                                              search_configs)
     from autocompress.compress.teacher import topk_kl
 
     log = progress.log
@@ -67,7 +68,7 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     for c in cands:
         log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
     log(f"[refine] (reference, not a candidate) the cvxpy point: KL {prior_kl:.3f}")
-    arch, how = final_choice(cands, net, spec, derived, relaxes, feas, log, select_kl)
+    arch, how, ranked = final_choice(cands, net, spec, derived, relaxes, feas, log, select_kl)
     final = net.indices_of(arch)
     final_kl = next((c.kl for c in cands if c.state == final), None)
     if final_kl is None:  # repaired by the exact cost model: what is built is measured too
@@ -76,6 +77,7 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
         log(f"[refine] the architecture after the exact model's repair: KL {final_kl:.3f}")
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
     out["how"] = how
+    out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
     first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
     out["search"] = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
                      "tokens": len(res.history) * b * T, "moved_from_prior": moved, "prior_kl": round(prior_kl, 4),

@@ -1,7 +1,7 @@
 """``acc build``: the recipe from a contract to an exported, distilled model.
 
     output check -> check -> parent -> data -> importance (+ permutation) -> teacher
-        -> per strategy: search -> extract -> distill -> export -> evaluate -> accuracy -> report
+        -> per strategy: search -> shortlist -> extract -> distill -> export -> evaluate -> accuracy -> report
 
 The output folder is validated before anything else (``output``: no user file is ever replaced).
 Every stage is content-addressed (``stages.run_stage``): its key hashes its inputs, the settings
@@ -9,7 +9,7 @@ that shape it and the source of the code it runs (``cache.code_digest``), so a r
 or an unrelated edit skips what is done and resumes distillation from its last checkpoint, while
 a change to a stage's code or settings re-runs that stage and everything downstream.
 Orchestration only: the tensor math lives in the stage modules (``data``, ``importance``,
-``permute``, ``teacher``, ``search``, ``extract``, ``distill``, ``evaluate``).
+``permute``, ``teacher``, ``search``, ``shortlist``, ``extract``, ``distill``, ``evaluate``).
 
 Under ``torchrun`` / ``srun`` / ``acc build --nproc N`` (``compress.dist``) every rank runs this
 recipe: importance, teacher outputs, the search's measured forwards and distillation (FSDP2,
@@ -59,6 +59,43 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
                                                    p.progress.log, collective=True))
     chosen = json.loads((st.path / "architecture.json").read_text())
     return chosen, arch_from_dict(chosen["architecture"], p.parent.architecture)
+
+
+def shortlist(p: Prepared, strat: BuildSettings, chosen: dict, arch) -> tuple[dict, object]:
+    """The final choice by a short distillation of the search's finalists (``compress.shortlist``),
+    the same for every strategy: (how it was chosen, with the shortlist's table; the architecture).
+    Keyed like distillation, by what it reads (the finalists, the permuted weights, the teacher
+    outputs, the recipe), not by the search that listed them. One finalist: the search's choice."""
+    from autocompress.compress.shortlist import describe, short_distill_choice, validation_rows
+    from autocompress.ir import arch_from_dict
+
+    finalists = chosen.get("finalists") or []
+    if strat.finalists <= 1 or len(finalists) <= 1:
+        return chosen, arch
+    archs = [arch_from_dict(f["architecture"], p.parent.architecture) for f in finalists]
+
+    def make_student(a):
+        state, extras = p.family.extract(p.permuted, p.cfg, a)
+        return p.family.student(a, state, extras)
+
+    def shortlist_stage(tmp: Path, partial: Path) -> dict:
+        res = short_distill_choice([{**f, "arch": a} for f, a in zip(finalists, archs)], make_student, p.teacher,
+                                   p.data.train, strat, partial, p.progress)
+        (tmp / "shortlist.json").write_text(json.dumps(res, indent=1))
+        return {"chosen": res["chosen"]}
+
+    recipe = (strat.finalist_steps, strat.batch, strat.lr, strat.seed, validation_rows(p.data.train.shape[0]))
+    key = stage_key("shortlist", ("autocompress.compress.shortlist", *p.family.code["distill"]), p.importance.key,
+                    p.teacher_key, json.dumps(finalists, sort_keys=True), json.dumps(recipe))
+    tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
+    st = p.timed(f"shortlist{tag}", lambda: run_stage(p.work, f"shortlist-{strat.strategy}", key, shortlist_stage,
+                                                      p.progress.log))
+    res = json.loads((st.path / "shortlist.json").read_text())
+    pick = finalists[res["chosen"]]
+    how = describe(res)
+    p.progress.log(f"[shortlist] {how}")
+    return {**chosen, "architecture": pick["architecture"], "how": how, "how_search": chosen.get("how"),
+            "shortlist": res}, archs[res["chosen"]]
 
 
 def plan_outputs(spec_path: str, baseline: str | None = None, force: bool = False) -> tuple[Path, Path | None]:
@@ -113,7 +150,7 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
 
     def make(strat: BuildSettings, target: Path) -> tuple[dict, object, dict, dict]:
         tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
-        chosen, arch = search(p, strat)
+        chosen, arch = shortlist(p, strat, *search(p, strat))
         # distillation is keyed by what it reads (the architecture, the permuted weights, the
         # teacher outputs), not by the search that chose it: when autocompress's measured choice is
         # the uniform grid's point, both strategies share one distillation
@@ -142,7 +179,8 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         base_report = {"strategy": baseline, "output": os.path.relpath(b_out, base),
                        "architecture": arch_report(b_arch, b_chosen["architecture"].get("importance_kept")),
                        "quality": b_quality, "distill": b_result, "predicted": b_pred,
-                       "how": b_chosen.get("how"), "refine": b_chosen.get("refine")}  # its measured candidates
+                       "how": b_chosen.get("how"), "refine": b_chosen.get("refine"),  # its measured candidates
+                       "shortlist": b_chosen.get("shortlist")}
     from autocompress.report.build import write_build_report
 
     report = dist.main_only(lambda: write_build_report(

@@ -291,6 +291,10 @@ class Choice:
     kl: float  # its KL on the selection rows (re-measured after a repair where a measure is given)
     how: str
     repaired: tuple[str, ...]  # one line per candidate the exact model repaired, for the log
+    # every candidate that passed, least KL first, one per architecture (the first of equal ones):
+    # the finalists the short distillation compares (``compress.shortlist``)
+    ranked: tuple["Choice", ...] = ()
+    name: str = ""  # the candidate's name (``Scored.name``), with its repair
 
 
 def choose(candidates, check, repair, measure=None) -> Choice | None:
@@ -302,7 +306,7 @@ def choose(candidates, check, repair, measure=None) -> Choice | None:
     for c in sorted(candidates, key=lambda c: c.kl):
         arch, ok = check(c)
         if ok:
-            passed.append(Choice(arch, c.kl, f"measured choice: {c.name}, KL {c.kl:.3f}", ()))
+            passed.append(Choice(arch, c.kl, f"measured choice: {c.name}, KL {c.kl:.3f}", (), name=c.name))
             continue
         fixed = repair(arch)
         if fixed is None:
@@ -313,9 +317,14 @@ def choose(candidates, check, repair, measure=None) -> Choice | None:
         notes.append(f"{c.name}: over a bound for the exact model, {moves} greedy repair moves, KL {c.kl:.3f} -> "
                      f"{kl:.3f}" if measure is not None else f"{c.name}: {moves} greedy repair moves")
         passed.append(Choice(arch, kl, f"measured choice: {c.name}, KL {c.kl:.3f}, then {moves} greedy repair moves"
-                             + (f" (KL {kl:.3f} as repaired)" if measure is not None else ""), ()))
+                             + (f" (KL {kl:.3f} as repaired)" if measure is not None else ""), (),
+                             name=f"{c.name}, repaired ({moves} moves)"))
     if not passed:
         return None
-    best = min(passed, key=lambda x: x.kl)
-    return Choice(best.arch, best.kl, best.how, tuple(notes))
+    ranked: list[Choice] = []
+    for c in sorted(passed, key=lambda x: x.kl):  # stable: of equal KLs the earlier candidate first
+        if all(r.arch != c.arch for r in ranked):
+            ranked.append(c)
+    best = ranked[0]
+    return Choice(best.arch, best.kl, best.how, tuple(notes), tuple(ranked), best.name)
 

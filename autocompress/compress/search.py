@@ -173,9 +173,10 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     # the measured forwards are independent: under a launcher they are split over the ranks
     ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress)
     t_ref = time.perf_counter() - t_ref
-    arch, how = final_choice(ref.candidates, net, spec, derived, relaxes, feas, log, select_kl)
+    arch, how, ranked = final_choice(ref.candidates, net, spec, derived, relaxes, feas, log, select_kl)
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
     out["how"] = how
+    out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
     out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
                      "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
     out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq,
@@ -197,11 +198,12 @@ def candidate_json(c, net, tp: int = 1) -> dict:
 
 
 def final_choice(candidates, net, spec, derived, relaxes, feas, log, select_kl=None) -> tuple:
-    """(architecture, how): the candidate of least KL among those the exact cost model accepts,
+    """(architecture, how, ranked): the candidate of least KL among those the exact cost model accepts,
     each over-bound one after a greedy repair and, given ``select_kl``, re-measured as repaired (a
     repaired candidate's KL before its repair says nothing about what is built: the free greedy's
     extra GEMM shapes are charged only here, and its repair can cost more than a palette's KL);
-    else the cvxpy start. The exact model has the last word (``refine.choose``)."""
+    else the cvxpy start. The exact model has the last word (``refine.choose``). ``ranked``: every
+    candidate that passed as ``(name, KL, architecture)``, least KL first (``finalists_json``)."""
     from autocompress.compress.refine import choose
 
     def check(c):
@@ -216,14 +218,26 @@ def final_choice(candidates, net, spec, derived, relaxes, feas, log, select_kl=N
     picked = choose(candidates, check, repair, measure)
     if picked is None:
         arch, how = feas.start.evaluation.arch, "cvxpy starting point (no candidate passed)"
+        ranked = [("cvxpy start", None, arch)]
     else:
         arch, how = picked.arch, picked.how
+        ranked = [(c.name, c.kl, c.arch) for c in picked.ranked]
         for r in picked.repaired:
             log(f"[search] {r}")
-    moved = sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
-    how += f" ({moved} of {arch.num_layers} layers differ from the cvxpy start)"
+    how += f" ({moved_layers(arch, feas)} of {arch.num_layers} layers differ from the cvxpy start)"
     log(f"[search] {how}: hidden {arch.hidden_size}, {arch.params() / 1e6:.1f}M params")
-    return arch, how
+    return arch, how, ranked
+
+
+def moved_layers(arch, feas) -> int:
+    return sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
+
+
+def finalists_json(ranked, n: int, imp, parent_arch) -> list[dict]:
+    """The search's ``finalists``: its ``n`` best candidates that meet the contract, least KL before
+    distillation first, from ``(name, KL, architecture)``; the shortlist stage distils them briefly."""
+    return [{"name": name, "kl": None if kl is None else round(float(kl), 4),
+             "architecture": arch_json(arch, imp.score(arch, parent_arch))} for name, kl, arch in ranked[:n]]
 
 
 def _uniform_choice(out, swept, family, permuted, cfg, teacher, train_rows, settings, sp, imp, parent_arch, log) -> dict:
@@ -247,6 +261,9 @@ def _uniform_choice(out, swept, family, permuted, cfg, teacher, train_rows, sett
         cands.append((kl, v, arch))
     kl, v, arch = min(cands, key=lambda c: c[0])
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["finalists"] = finalists_json([(f"uniform ({c[1].label()})", c[0], c[2])
+                                       for c in sorted(cands, key=lambda c: c[0])], settings.finalists, imp,
+                                      parent_arch)
     out["how"] = (f"measured choice among the uniform points of {len(cands)} global variants: {v.label()}, KL {kl:.3f} "
                   "(one size per axis in this format: no per-layer search)")
     out["refine"] = {"forwards": len(cands), "seconds": round(time.perf_counter() - t0, 1),
@@ -280,9 +297,10 @@ def _measured_uniform(out, spec, swept, derived, family, permuted, cfg, teacher,
     max_evals = RefineConfig().max_evals
     with progress.task("baseline: measure candidates", total=min(len(frontier), budget_of(max_evals)),
                        unit="candidate") as bar:
-        arch, kl, entry = measured_uniform(frontier, select_kl, net.indices_of, max_evals,
+        arch, kl, entry, ranked = measured_uniform(frontier, select_kl, net.indices_of, max_evals,
                                            settings.search_batch * settings.search_seq, progress.log, bar.advance)
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
     out["how"] = (f"uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model; measured choice "
                   f"among {entry['forwards']} frontier candidates: KL {kl:.3f}")
     out["refine"] = entry

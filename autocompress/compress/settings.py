@@ -22,6 +22,8 @@ class BuildSettings:
     search_seq: int
     search_tokens: int
     search_temperature: float
+    finalists: int
+    finalist_steps: int
     calib_rows: int
     ablation_rows: int
     teacher_rows: int
@@ -70,6 +72,15 @@ def derive_build(spec) -> BuildSettings:
                          f"{search_batch} x {search_seq}")
     temperature = pick("router v2 temperature", s.temperature if s else None, 1.0,
                        "Gumbel-softmax start, annealed geometrically to 1/20 of it over the steps")
+    # the final choice (compress/shortlist.py): KL before distillation picked the best model after 20
+    # distillation steps on none of 3 contracts measured (bench/results/kl_rank_correlation.md), so
+    # the least-KL candidates are distilled briefly and compared after, as Minitron does
+    finalists = pick("finalists", s.finalists if s else None, 4,
+                     "the candidates of least KL before distillation, each distilled briefly; the least KL after "
+                     "wins (Minitron's practice: KL before distillation is a weak predictor of quality after)")
+    finalist_steps = pick("finalist steps", None, max(5, steps // finalists) if finalists > 1 else 0,
+                          f"the {finalists} finalists together cost about one distillation ({steps} steps), at "
+                          "least 5 steps each" if finalists > 1 else "one finalist: nothing to compare")
     calib = pick("calibration sequences", None, 32,
                  "activation statistics settle within a few dozen sequences at this size (Minitron uses 1024 on GPUs)")
     ablation = pick("removal-KL sequences", None, 8,
@@ -81,5 +92,5 @@ def derive_build(spec) -> BuildSettings:
                      "~6K tokens each of code and prose: perplexity within a few percent at this size")
     topk = pick("teacher top-k", None, 32, "covers >95% of SmolLM2's next-token mass on code; the tail is one bucket")
     return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_steps, search_batch, search_seq, search_tokens,
-                         temperature, calib, ablation,
+                         temperature, finalists, finalist_steps, calib, ablation,
                          teacher, eval_rows, topk, tuple(rows))

@@ -173,7 +173,7 @@ def format_spec(spec_or_source, base_dir: str | None = None, *, source: str | No
             rows.append(_Row("strategy", s.strategy, ("search", "strategy")))
         if s.axes is not None:
             rows.append(_Row("axes", ", ".join(s.axes), ("search", "axes")))
-        for k in ("steps", "seed", "temperature"):
+        for k in ("steps", "seed", "temperature", "finalists"):
             v = getattr(s, k)
             if v is not None:
                 rows.append(_Row(k, fmt_number(v), ("search", k)))

@@ -27,7 +27,7 @@ VALUE_KIND = {
     "workload": {"concurrency": "plain", "batch": "plain", "input": "tokens", "output": "tokens",
                  "prefix_cache": "share"},
     "search": {"strategy": "name:strategy_name", "axes": "names:axis_name", "steps": "plain", "seed": "plain",
-               "temperature": "plain", "tokens": "tokens"},
+               "temperature": "plain", "tokens": "tokens", "finalists": "plain"},
     "distill": {"data": "strings", "steps": "plain", "tokens": "tokens", "seq_len": "tokens", "batch": "plain",
                 "lr": "plain"},
     "evaluate": {"data": "strings", "tokens": "tokens"},

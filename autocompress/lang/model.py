@@ -84,6 +84,7 @@ class Search:
     seed: int | None = None
     temperature: float | None = None
     tokens: int | None = None  # router v2's search budget in tokens (or ``steps``, not both)
+    finalists: int | None = None  # candidates distilled briefly for the final choice (1: none)
     span: Span = _span()
 
 
@@ -155,7 +156,8 @@ def spec_from_projection(p, path: str) -> "Spec":
     s = d.get("search")
     search = None if s is None else Search(s.get("strategy"), _opt(s.get("axes"), tuple), _opt(s.get("steps"), int),
                                            _opt(s.get("seed"), int), _opt(s.get("temperature"), float),
-                                           _opt(s.get("tokens"), int), span=sp[("search",)])
+                                           _opt(s.get("tokens"), int), _opt(s.get("finalists"), int),
+                                           span=sp[("search",)])
     ds = d.get("distill")
     distill = None if ds is None else Distill(_opt(ds.get("data"), tuple), _opt(ds.get("steps"), int),
                                               _opt(ds.get("tokens"), int), _opt(ds.get("seq_len"), int),

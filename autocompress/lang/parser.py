@@ -25,6 +25,7 @@ HOMES = {
     "concurrency": "workload", "batch": "workload", "input": "workload", "prefix_cache": "workload",
     "ttft": "workload", "tpot": "workload", "e2e": "workload", "throughput": "workload",
     "strategy": "search", "axes": "search", "steps": "search", "seed": "search", "temperature": "search",
+    "finalists": "search",
     "data": "distill", "tokens": "distill", "seq_len": "distill", "lr": "distill",
 }
 _ITEM_KEYS = {"tensor_parallel_item": "tensor_parallel", "prefix_cache_item": "prefix_cache",

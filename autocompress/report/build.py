@@ -35,6 +35,8 @@ def write_build_report(out: Path, spec, spec_path, check_report, chosen, arch, p
         "strategy": settings.strategy,
         "how": chosen.get("how"),
         "refine": chosen.get("refine"),
+        "shortlist": chosen.get("shortlist"),
+        "how_search": chosen.get("how_search"),
         "architecture": arch_report(arch, chosen["architecture"].get("importance_kept")),
         "parent_architecture": arch_report(parent.architecture),
         "predicted": {**evaluation_dict(ev), "profile": derived.profile.name, "profile_source": derived.profile.source},
@@ -69,6 +71,23 @@ def _write_cards(out: Path, report: dict, check_report: dict, parent, spec_path)
         write_card(Path(spec_path).resolve().parent / b["output"], card_block(base, check_report, lic), lic["files"])
 
 
+def shortlist_markdown(sl: dict | None, how_search: str | None = None, whose: str = "") -> list[str]:
+    """The finalists' table (``compress.shortlist``): KL before and after a short distillation."""
+    if not sl:
+        return []
+    out = ["", f"### Finalists{whose} (each distilled {sl['steps']} steps x {sl['batch']} x {sl['seq_len']} tokens; KL to "
+               f"the parent on {sl['validation_tokens']:,} held-apart training tokens, {sl['seconds']} s)", ""]
+    if how_search:
+        out += [f"The search alone would have built: {how_search}.", ""]
+    out += ["| finalist | params | KL before distillation (search's rows) | KL held apart, before | after | |",
+            "|---|---|---|---|---|---|"]
+    for i, f in enumerate(sl["finalists"]):
+        kl = "-" if f["kl_search"] is None else f"{f['kl_search']:.3f}"
+        out.append(f"| {f['name']} | {f['params'] / 1e6:,.1f}M | {kl} | {f['kl_before']:.3f} | {f['kl_after']:.3f} | "
+                   + ("**chosen**" if i == sl["chosen"] else "") + " |")
+    return out
+
+
 def render_build_markdown(r: dict) -> str:
     a, p = r["architecture"], r["parent_architecture"]
     out = [f"## autocompress build: `{r['spec']}` ({r['strategy']})", "",
@@ -89,6 +108,7 @@ def render_build_markdown(r: dict) -> str:
                 "|---|---|---|---|---|---|---|"]
         out += [f"| {c['name']} | {c['hidden']} | {c['attention']} | {c['ffn']} | {c.get('ffn_widths', '-')} | "
                 f"{c.get('shapes', '-')} | {c['kl']:.3f} |" for c in sorted(ref["candidates"], key=lambda c: c["kl"])]
+    out += shortlist_markdown(r.get("shortlist"), r.get("how_search"))
     out += ["", "### Quality retained (measured on held-out data)", "",
             "| data | tokens | parent ppl | student ppl | KL(parent‖student) | top-1 agreement |",
             "|---|---|---|---|---|---|"]
@@ -112,7 +132,7 @@ def render_build_markdown(r: dict) -> str:
         out += ["", f"Benchmark accuracy: not measured ({acc['skipped']})"]
     if r.get("baseline"):
         b = r["baseline"]
-        out += ["", f"Uniform baseline (same importance, cost model, bounds and distillation budget): "
+        out += ["", f"Uniform baseline (same importance, cost model, bounds, selection and distillation budget): "
                     f"{b['architecture']['params'] / 1e6:,.1f}M params" + (f"; {b['how']}" if b.get("how") else "")]
         for kind, s in b["quality"]["student"].items():
             out.append(f"- {kind}: ppl {s['ppl']:.2f}, KL {s['kl']:.4f}, top-1 {s['top1']:.1%}")
@@ -125,6 +145,7 @@ def render_build_markdown(r: dict) -> str:
             kept = b["quality"]["accuracy"]["retained"]["mean"]
             out.append(f"- eight-benchmark mean: {100 * s['mean']:.1f} ± {100 * s['stderr']:.1f}"
                        + (f" ({kept:.1%} of the parent's)" if kept is not None else ""))
+        out += shortlist_markdown(b.get("shortlist"), whose=" of the uniform baseline")
     out += ["", "### Plots", ""] + plots_markdown(r.get("plots") or [])
     out += ["### Architecture (per layer; the architecture plot above draws it)", "",
             "| layers | mixer | FFN |", "|---|---|---|"]

@@ -23,10 +23,19 @@ def test_uniform_baseline_is_a_measured_choice_listed_in_the_report(tmp_path, mo
     cands = b["refine"]["candidates"]
     assert len(cands) >= 2 and b["refine"]["forwards"] == len(cands)
     assert b["refine"]["tokens"] <= b["refine"]["budget_tokens"]
-    best = min(cands, key=lambda c: c["kl"])
-    assert b["how"].endswith(f"KL {best['kl']:.3f}") and b["architecture"]["hidden"] == best["hidden"]
+    # the same selection procedure as autocompress: its least-KL candidates, distilled briefly with the
+    # same number of finalists, steps and validation rows; the least KL after is built
+    sl, own = b["shortlist"], report["shortlist"]
+    ranked = sorted(cands, key=lambda c: c["kl"])
+    assert [f["name"] for f in sl["finalists"]] == [c["name"] for c in ranked[:len(sl["finalists"])]]
+    assert len(sl["finalists"]) == min(len(cands), 4) >= 2  # the default number of finalists
+    assert (sl["steps"], sl["validation_tokens"]) == (own["steps"], own["validation_tokens"])
+    pick = sl["finalists"][sl["chosen"]]
+    assert sl["chosen"] == min(range(len(sl["finalists"])), key=lambda j: sl["finalists"][j]["kl_after"])
+    assert b["architecture"]["params"] == pick["params"] and b["how"].startswith("short-distillation choice")
     assert all(c["ok"] for c in b["predicted"]["checks"])  # the chosen uniform point meets the contract
     assert b["quality"]["accuracy"]["student"]["summary"]["docs"] == 27
     assert any(m.startswith("[baseline] measured choice") for m in logs)
     md = (result.output / "autocompress-report.md").read_text()
     assert "eight-benchmark mean" in md and "### Benchmark accuracy" in md
+    assert "### Finalists of the uniform baseline" in md

@@ -98,7 +98,7 @@ def test_every_long_stage_reports_progress_with_an_eta(built):
     """Each loop that runs long on a real model opens a task with a total, and had an ETA while it ran."""
     tasks = TASKS
     expected = ["importance", "removal KL", "teacher", "search", "refine hidden", "refine: measure candidates",
-                "distill", "evaluate parent: held-out", "evaluate (autocompress): held-out"]
+                "shortlist", "distill", "evaluate parent: held-out", "evaluate (autocompress): held-out"]
     for prefix in expected:
         hits = [n for n in tasks if n.startswith(prefix)]
         assert hits, (prefix, sorted(tasks))
@@ -206,9 +206,18 @@ def test_the_chosen_architecture_is_the_measured_best_candidate(built):
     names = [c["name"] for c in cands]
     assert "router" in names and "cvxpy start" in names and any(n.startswith("greedy") for n in names)
     best = min(cands, key=lambda c: c["kl"])
-    assert report["how"].startswith(f"measured choice: {best['name']}")  # no repair needed on this contract
-    assert report["architecture"]["hidden"] == best["hidden"]
-    assert "### Candidates" in (result.output / "autocompress-report.md").read_text()
+    # the search's own pick (least KL before distillation) heads its finalists
+    assert report["how_search"].startswith(f"measured choice: {best['name']}")  # no repair needed on this contract
+    sl = report["shortlist"]
+    rows = sl["finalists"]
+    assert len(rows) >= 2 and rows[0]["name"] == best["name"] and rows[0]["kl_search"] == best["kl"]
+    assert [r["kl_search"] for r in rows] == sorted(r["kl_search"] for r in rows)
+    # the finalist of least KL after the short distillation is what was built
+    assert sl["chosen"] == min(range(len(rows)), key=lambda j: rows[j]["kl_after"])
+    assert report["architecture"]["params"] == rows[sl["chosen"]]["params"]
+    assert report["how"].startswith(f"short-distillation choice among {len(rows)} finalists")
+    md = (result.output / "autocompress-report.md").read_text()
+    assert "### Candidates" in md and "### Finalists" in md and "**chosen**" in md
 
 
 _TOKENIZER = NO_AUTOCOMPRESS + textwrap.dedent(

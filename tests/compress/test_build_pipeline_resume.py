@@ -49,7 +49,8 @@ def _work(root: Path) -> Path:
     return root / "out" / ".tiny.acc"
 
 
-@pytest.mark.parametrize("point", ["importance", "search-autocompress", "distill:3", "distill"])
+@pytest.mark.parametrize("point", ["importance", "search-autocompress", "shortlist:1", "shortlist-autocompress",
+                                   "distill:3", "distill"])
 def test_kill_and_resume_gives_identical_weights(tmp_path, reference, point):
     spec = make_project(tmp_path)
     cache = tmp_path / "cache"

@@ -1,0 +1,109 @@
+"""The final choice by a short distillation of the search's finalists (``compress.shortlist``)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+import _distillkit as kit  # noqa: E402
+
+from autocompress.compress import shortlist  # noqa: E402
+from autocompress.compress.refine import Scored, choose  # noqa: E402
+from autocompress.compress.teacher import cache_teacher  # noqa: E402
+from autocompress.progress import Progress  # noqa: E402
+
+SETTINGS = SimpleNamespace(finalist_steps=5, batch=2, lr=1e-2, seed=0)
+NOISE = {"far": 0.3, "near": 0.02, "middle": 0.1}
+
+
+class Recording:
+    """A teacher cache that records which rows each read asks for."""
+
+    def __init__(self, cache):
+        self.cache, self.rows, self.reads = cache, cache.rows, []
+
+    def get(self, rows):
+        self.reads.append([int(r) for r in torch.as_tensor(rows).tolist()])
+        return self.cache.get(rows)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    teacher = kit.tiny_llama(0)
+    tokens = kit.random_tokens(24, 16, seed=3)
+    cache = cache_teacher(teacher, tokens, "tiny-0", k=16, batch=6, chunk_rows=8,
+                          cache_dir=tmp_path_factory.mktemp("teacher"))
+    return teacher, tokens, cache
+
+
+def _finalists():
+    return [{"name": n, "kl": 0.1 * i, "arch": SimpleNamespace(params=lambda: 1000, noise=NOISE[n])}
+            for i, n in enumerate(NOISE)]
+
+
+def _maker(teacher, made: list):
+    def make(arch):  # a "pruned" student: the parent's weights, disturbed as much as the finalist says
+        made.append(arch.noise)
+        student = copy.deepcopy(teacher)
+        with torch.no_grad():
+            g = torch.Generator().manual_seed(7)
+            for p in student.parameters():
+                p.add_(arch.noise * torch.randn(p.shape, generator=g))
+        return student
+    return make
+
+
+def test_validation_rows_are_few_and_never_all():
+    assert shortlist.validation_rows(240) == 16 and shortlist.validation_rows(64) == 8
+    assert shortlist.validation_rows(8) == 1 and shortlist.validation_rows(3) == 1
+
+
+def test_least_kl_after_wins_and_the_short_distillation_never_reads_the_validation_rows(setup, tmp_path):
+    teacher, tokens, cache = setup
+    rec, made = Recording(cache), []
+    res = shortlist.short_distill_choice(_finalists(), _maker(teacher, made), rec, tokens, SETTINGS, tmp_path,
+                                         Progress())
+    rows, first = res["finalists"], 24 - shortlist.validation_rows(24)
+    assert res["validation_rows"] == 3 and res["validation_tokens"] == 3 * 16 and res["steps"] == 5
+    assert made == [0.3, 0.02, 0.1]  # each finalist built once, in the search's order
+    assert res["chosen"] == min(range(3), key=lambda j: rows[j]["kl_after"])
+    # a student nearer the parent starts nearer on the held-apart rows; distillation brings the far one closer
+    assert rows[1]["kl_before"] < rows[2]["kl_before"] < rows[0]["kl_before"]
+    assert rows[0]["kl_after"] < rows[0]["kl_before"]
+    train = [r for r in rec.reads if max(r) < first]
+    held = [r for r in rec.reads if min(r) >= first]
+    assert len(train) + len(held) == len(rec.reads)  # no read mixes the two
+    assert len(train) == 3 * SETTINGS.finalist_steps  # every distillation step read training rows only
+    assert sorted({r for read in held for r in read}) == list(range(first, 24))
+
+
+def test_a_killed_shortlist_measures_only_the_rest(setup, tmp_path):
+    teacher, tokens, cache = setup
+    made: list = []
+    full = shortlist.short_distill_choice(_finalists(), _maker(teacher, made), cache, tokens, SETTINGS, tmp_path / "a",
+                                          Progress())
+    part = tmp_path / "b"
+    part.mkdir()
+    (part / "finalist-0.json").write_text(json.dumps(full["finalists"][0]))  # what a killed run left
+    again: list = []
+    res = shortlist.short_distill_choice(_finalists(), _maker(teacher, again), cache, tokens, SETTINGS, part,
+                                         Progress())
+    assert again == [0.02, 0.1]  # the first finalist was not built again
+    assert [r["kl_after"] for r in res["finalists"]] == [r["kl_after"] for r in full["finalists"]]
+    assert res["chosen"] == full["chosen"]
+    assert "short-distillation choice among 3 finalists" in shortlist.describe(res)
+
+
+def test_the_search_ranks_every_passing_candidate_once():
+    cands = [Scored("a", "A", 0.5), Scored("b", "B", 0.2), Scored("c", "A", 0.7), Scored("d", "D", 0.9)]
+    got = choose(cands, lambda c: (c.state, c.state != "D"), lambda arch: ("D2", 3), measure=lambda a: 0.4)
+    assert got.arch == "B" and got.name == "b"
+    # A once (c is the same architecture), D as repaired with its re-measured KL
+    assert [(c.name, c.arch, c.kl) for c in got.ranked] == [("b", "B", 0.2), ("d, repaired (3 moves)", "D2", 0.4),
+                                                            ("a", "A", 0.5)]
