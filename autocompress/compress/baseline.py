@@ -59,18 +59,19 @@ def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, ma
         ffns = sum(1 for b in kept if b.ffn)
         # Gemma 3 under vLLM keeps every attention, so its depth cut removes MLPs only: say how many are left
         mlps = f" ({ffns} with an FFN)" if ffns != len(kept) else ""
-        name = (f"uniform: {len(kept)} layers{mlps}, KV {'/'.join(map(str, kv)) or '-'}, "
+        # the hidden size leads: candidates of one depth and KV at two widths must not share a name
+        name = (f"uniform: hidden {d}, {len(kept)} layers{mlps}, KV {'/'.join(map(str, kv)) or '-'}, "
                 f"FFN {'/'.join(map(str, width)) or '-'}")
         scored.append({"name": name, "kl": round(kl, 4), "hidden": d, "layers": len(kept),
                        "attention": sum(1 for b in arch.blocks if b.attention),
                        "ffn": sum(1 for b in arch.blocks if b.ffn), "prior": float(f"{prior:.4g}"), "arch": arch})
-        log(f"[baseline] {name}, hidden {d}: KL {kl:.3f} (prior {prior:.4g})")
+        log(f"[baseline] {name}: KL {kl:.3f} (prior {prior:.4g})")
         tick()
     if not scored:
         raise ValueError("no uniform candidate could be measured on this supernet")
     best = min(scored, key=lambda c: c["kl"])
     top_prior = scored[0]
-    log(f"[baseline] measured choice: {best['name']}, hidden {best['hidden']}, KL {best['kl']:.3f} "
+    log(f"[baseline] measured choice: {best['name']}, KL {best['kl']:.3f} "
         f"(the prior's top: {top_prior['kl']:.3f}); {len(scored)} of {len(frontier)} frontier candidates measured")
     entry = {"forwards": len(scored), "tokens_per_forward": SELECT_ROWS * search_tokens,
              "tokens": len(scored) * SELECT_ROWS * search_tokens, "budget_tokens": max_evals * search_tokens,

@@ -26,7 +26,7 @@ def test_lowest_kl_wins_and_every_candidate_is_listed():
     # the finalists of the shortlist: every measured candidate with its architecture, least KL first
     assert [k for _, k, _ in ranked] == [1.5, 2.0, 2.5, 3.0] and [a for *_, a in ranked] == [FRONTIER[i][0] for i in (1, 2, 3, 0)]
     assert [c["kl"] for c in entry["candidates"]] == [3.0, 1.5, 2.0, 2.5]
-    assert entry["candidates"][1]["name"] == "uniform: 3 layers, KV 2, FFN 128" and entry["candidates"][1]["layers"] == 3
+    assert entry["candidates"][1]["name"] == "uniform: hidden 64, 3 layers, KV 2, FFN 128" and entry["candidates"][1]["layers"] == 3
     assert entry["forwards"] == 4 and entry["tokens"] == 4 * SELECT_ROWS * 128 and entry["budget_tokens"] == 900 * 128
 
 
@@ -54,4 +54,5 @@ def test_a_depth_cut_that_removes_only_mlps_is_named_so():
     _, _, entry, _ = measured_uniform([(a, None, 0.9, 64), (_arch(4, 1, 128), None, 0.8, 64)], lambda i: float(i),
                                    lambda x: 0 if x is a else 1, max_evals=900, search_tokens=1)
     names = [c["name"] for c in entry["candidates"]]
-    assert names == ["uniform: 4 layers (3 with an FFN), KV 1, FFN 128", "uniform: 4 layers, KV 1, FFN 128"]
+    assert names == ["uniform: hidden 64, 4 layers (3 with an FFN), KV 1, FFN 128",
+                     "uniform: hidden 64, 4 layers, KV 1, FFN 128"]
