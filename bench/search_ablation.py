@@ -74,7 +74,7 @@ def row_of(report: dict) -> dict:
             "kl": {k: v.get("kl") for k, v in (q.get("student") or {}).items()},
             "search_s": search_s, "capacity": capacity(report["architecture"]),
             "candidates": (report.get("refine") or {}).get("candidates"), "shortlist": report.get("shortlist"),
-            "how_search": report.get("how_search"),
+            "how_search": report.get("how_search"), "router": report.get("search"),
             "all_bounds_met": all(c["ok"] for c in report["predicted"]["checks"])}
 
 
@@ -163,6 +163,32 @@ def _link_parent(examples: Path, specs: Path) -> None:
             (specs / child.name).symlink_to(child.resolve(), target_is_directory=True)
 
 
+def _kl_of(row: dict | None, name: str) -> float | None:
+    return next((c["kl"] for c in (row or {}).get("candidates") or [] if c["name"] == name), None)
+
+
+def router_versus(rows: list[dict]) -> list[str]:
+    """Router v2 against today's router (v1) before distillation, on the same selection rows: v1's
+    decode is arm b's candidate ``router`` (it equalled the cvxpy point in every measured run), v2's
+    is arm a's ``router v2``; "as built" is after the exact cost model's repair (``how``)."""
+    out = []
+    for key in dict.fromkeys((r["contract"], r["seed"]) for r in rows):
+        arm = {r["arm"]: r for r in rows if (r["contract"], r["seed"]) == key}
+        v1, start, v2 = _kl_of(arm.get("b"), "router"), _kl_of(arm.get("b"), "cvxpy start"), _kl_of(arm.get("a"), "router v2")
+        if v1 is None or v2 is None:
+            continue
+        m = re.search(r"KL ([0-9.]+) as repaired", arm["a"].get("how_search") or arm["a"].get("how") or "")
+        built = (arm["a"].get("router") or {}).get("final_kl") or (float(m.group(1)) if m else v2)
+        out.append(f"| {key[0]} | {key[1]} | {v1:.3f} | {'yes' if start == v1 else 'no'} | {v2:.3f} | {built:.3f} | "
+                   f"{'v2' if built < v1 else 'v1'} |")
+    if not out:
+        return []
+    return ["", "Router v2 against today's router (v1), KL to the parent before distillation on the same selection "
+            "rows (v1: arm b's candidate `router`; v2: arm a's decode, and as built after the exact cost model's "
+            "repair):", "", "| contract | seed | v1 KL | v1 = cvxpy point | v2 decode KL | v2 as built KL | lower as built |",
+            "|---|---|---|---|---|---|---|", *out]
+
+
 def render(rows: list[dict], meta: dict) -> str:
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
@@ -192,6 +218,7 @@ def render(rows: list[dict], meta: dict) -> str:
     out += ["", "How each arm chose (the build report's `how`):", ""]
     out += [f"- {r['contract']} s{r['seed']} ({r['arm']}): {r['how']}" + (
         f" (the search alone: {r['how_search']})" if r.get("how_search") else "") for r in rows]
+    out += router_versus(rows)
     moved = [r for r in rows if (r.get("router") or {}).get("router") == "v2"]
     if moved:
         out += ["", "Router v2 (choices of its decode that differ from the cvxpy point; KD loss first -> last step):", ""]

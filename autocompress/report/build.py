@@ -37,6 +37,7 @@ def write_build_report(out: Path, spec, spec_path, check_report, chosen, arch, p
         "refine": chosen.get("refine"),
         "shortlist": chosen.get("shortlist"),
         "how_search": chosen.get("how_search"),
+        "search": chosen.get("search"),  # the router's own record (v2: choices moved, KL of the prior and of the decode)
         "architecture": arch_report(arch, chosen["architecture"].get("importance_kept")),
         "parent_architecture": arch_report(parent.architecture),
         "predicted": {**evaluation_dict(ev), "profile": derived.profile.name, "profile_source": derived.profile.source},

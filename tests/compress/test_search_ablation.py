@@ -60,8 +60,14 @@ def test_four_arms_on_a_tiny_parent(tmp_path, project):
         assert r["capacity"]["layers"] == 4
     assert "router v2" in rows["a"]["how"] and [c["name"] for c in rows["a"]["candidates"]] == ["router v2"]
     assert {c["name"] for c in rows["c"]["candidates"]} <= {"router v2", "greedy from router v2"}
+    # the build report keeps the router's record: v2 for arms a and c, v1 (the prior's seed) for b
+    assert rows["a"]["router"]["router"] == "v2" and rows["a"]["router"]["moved_from_prior"] >= 0
+    assert rows["b"]["router"].get("router") is None and rows["b"]["router"]["steps"] > 0
     md = (results / "search_ablation.md").read_text()
-    assert md.count("| spec | 0 |") == 4
+    assert all(md.count(f"| spec | 0 | {a} | ") == 1 for a in "abcd")
+    # v1 against v2 before distillation: arm b's `router` candidate against arm a's decode
+    v1 = next(c["kl"] for c in rows["b"]["candidates"] if c["name"] == "router")
+    assert f"| spec | 0 | {v1:.3f} |" in md
     # every arm but d is paired with d on the same documents
     assert all("minus_uniform" in rows[a] for a in "abc") and "minus_uniform" not in rows["d"]
     # a second invocation (one arm, from the stage cache) replaces its own row and keeps the others
