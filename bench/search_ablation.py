@@ -15,8 +15,9 @@ held-out perplexity on code and prose, KL to the parent, the search stage's wall
 capacity went (hidden size, attention and FFN sub-blocks kept, mean FFN width, parameters).
 Results: ``bench/results/search_ablation.md`` and ``.json``; ``--work``/rows.json keeps every row,
 so contracts run in separate invocations add up (a rerun replaces its own rows).
-With ``--search-steps 20 --seq 128 --work bench/work/shortlist`` the arms b and d are the equal-cost
-benchmark's two arms (``bench/quality_at_equal_cost.py``), answered from its stage cache.
+``--search-steps 20`` gives arm b's router v1 the equal-cost benchmark's 20 steps
+(``bench/quality_at_equal_cost.py``); it never caps router v2 (arms a and c), whose budget is in
+tokens (``--search-tokens``, default derived from the distillation budget: at least 64 steps).
 
     nice -n 10 python bench/search_ablation.py --contracts cpu-vllm          # one contract
     python bench/search_ablation.py --table-only                              # rewrite the table
@@ -44,8 +45,9 @@ def arm_spec(example_text: str, strategy: str, seed: int, steps: int, seq: int, 
     data = [m.group(0) for ln in lines if re.match(r"\s*distill\b", ln) for m in [re.search(r'data\s+"[^"]*"', ln)] if m]
     kept = [ln for ln in lines if not re.match(r"\s*(search|distill)\b|output\s+\"", ln)]
     tokens = f"  tokens {search_tokens} tokens" if search_tokens else ""
-    # --search-steps: the equal-cost benchmark's `search { ... steps N }`, so arms b and d share its stages
-    stepped = f"  steps {search_steps}" if search_steps else ""
+    # --search-steps: router v1's steps (`search { ... steps N }`, as the equal-cost benchmark sets
+    # them); a router v2 arm keeps its token budget, since `steps` would set that too (settings.py)
+    stepped = f"  steps {search_steps}" if search_steps and strategy not in ("router", "router-refine") else ""
     return "\n".join(kept).rstrip() + (
         f"\n\nsearch  {{ strategy {strategy}{stepped}  seed {seed}{tokens} }}\n"
         f"distill {{ {' '.join(data + [''])}steps {steps}  seq_len {seq} tokens }}\noutput \"out/{out}\"\n")
@@ -240,7 +242,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--search-tokens", type=int, default=None, help="router v2's budget (default: derived)")
     ap.add_argument("--search-steps", type=int, default=None,
-                    help="the search's `steps` (20 matches bench/quality_at_equal_cost.py: arms b and d reuse its stages)")
+                    help="router v1's steps in arms b and d (20: as bench/quality_at_equal_cost.py); not router v2's")
     ap.add_argument("--examples", type=Path, default=ROOT / "examples")
     ap.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "search_ablation")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")

@@ -52,7 +52,8 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
                                                    bar.advance(k, cached=True)))
     decode = (res.hidden_index, res.attn_choice, res.ffn_choice)
     moved = _moved(start, decode)
-    log(f"[search] router v2 decode: {moved} of {2 * len(start[1]) + 1} choices differ from the cvxpy point")
+    log(f"[search] router v2 decode: {moved} of {2 * len(start[1]) + 1} choices differ from the cvxpy point"
+        + (f" ({res.decode_moves} changes brought its argmax within the cost tables)" if res.decode_moves else ""))
     search_kl, select_kl = _measures(net, teacher, train_rows, settings)
     seeds = {"router v2": decode}
     t_ref, evals = time.perf_counter(), 0
@@ -80,7 +81,7 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
     first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
     out["search"] = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
-                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "prior_kl": round(prior_kl, 4),
+                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "decode_moves": res.decode_moves, "prior_kl": round(prior_kl, 4),
                      "final_kl": round(final_kl, 4), "first": first, "last": last}
     out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
                      "tokens": 4 * b * T, "candidates": [candidate_json(c, net, spec.target.tensor_parallel)

@@ -52,6 +52,7 @@ class SearchResult:
     ffn_choice: tuple[int, ...]
     history: tuple[dict, ...] = field(default=())
     seconds: float = 0.0
+    decode_moves: int = 0  # router v2: option changes that brought its argmax within the cost tables
 
 
 class Router(torch.nn.Module):

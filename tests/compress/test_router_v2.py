@@ -1,6 +1,7 @@
 """Router v2 on synthetic cost tables: it moves when the loss says so and only then, the prior is
-a bias, the temperature anneals, dual ascent brings an over-budget decode under the bound, and a
-resumed run equals an uninterrupted one."""
+a bias, the temperature anneals, dual ascent brings an over-budget decode under the bound, an
+argmax over the tables is brought within them by the router's own preference, and a resumed run
+equals an uninterrupted one."""
 
 import pytest
 
@@ -8,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from autocompress.compress.refine import costs, full_state  # noqa: E402
 from autocompress.compress.router import Router  # noqa: E402
-from autocompress.compress.router_v2 import RouterV2Config, temperature, train_router_v2  # noqa: E402
+from autocompress.compress.router_v2 import RouterV2Config, budget_decode, temperature, train_router_v2  # noqa: E402
 
 from _searchkit import setup_tables  # noqa: E402
 
@@ -83,6 +84,28 @@ def test_dual_ascent_pushes_an_over_budget_decode_under_the_bound():
     assert max(costs(tables, _decode(res))) <= 1.0
     assert res.history[0]["expected"]["w.tpot"] > 1.0
     assert max(r["lambda"]["w.tpot"] for r in res.history) > 0  # the multiplier rose while violated
+
+
+def test_budget_decode_fits_the_tables_by_the_routers_preference():
+    tables, _ = setup_tables()
+    full = full_state(tables, 0)
+    r = Router(tables, None, 0.0)
+    r.set_prior(full, 5.0)  # the argmax is the parent: 10% over the TPOT bound
+    assert budget_decode(r, tables) != (full, 0) and max(costs(tables, full)) > 1.0
+    plain, n = budget_decode(r, tables)
+    assert max(costs(tables, plain)) <= 1.0 and n >= 1
+    for layer in (1, 4):  # kept whole above; now the router barely minds it one step narrower: it changes
+        r2 = Router(tables, None, 0.0)
+        r2.set_prior(full, 5.0)
+        with torch.no_grad():
+            r2.ffn[layer, full[2][layer] - 1] = 4.999
+        point, n = budget_decode(r2, tables)
+        assert max(costs(tables, point)) <= 1.0
+        assert plain[2][layer] == full[2][layer] and point[2][layer] < full[2][layer]
+    loose = _loose()  # within the tables already: the argmax, unchanged
+    r3 = Router(loose, None, 0.0)
+    r3.set_prior(full_state(loose, 0), 5.0)
+    assert budget_decode(r3, loose) == (full_state(loose, 0), 0)
 
 
 def _with_weights(step, choices, params):

@@ -40,6 +40,8 @@ def test_arm_spec_keeps_the_contract_and_sets_one_budget():
     assert "strategy router-refine  seed 1  tokens 4096 tokens" in out
     assert "search  { strategy uniform  steps 20  seed 0 }" in bench.arm_spec(text, "uniform", 0, 12, 64, None, "x", 20)
     assert "distill { steps 12  seq_len 64 tokens }" in out and out.count("search") == 1
+    # --search-steps is router v1's: a router v2 arm keeps its token budget
+    assert "steps 20" not in bench.arm_spec(text, "router", 0, 12, 64, None, "x", 20)
     from autocompress.lang.api import parse_spec
 
     parse_spec(out, "x.acspec")  # a valid spec
