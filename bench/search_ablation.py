@@ -195,6 +195,9 @@ def render(rows: list[dict], meta: dict) -> str:
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
 
+    order = {c: i for i, c in enumerate(CONTRACTS)}  # contracts as the script lists them, then seed, then arm
+    rows = sorted(rows, key=lambda r: (order.get(r["contract"], len(order)), r["contract"], r["seed"], r["arm"]))
+
     out = ["# Search ablation (issue 14)", "",
            ("**Search stage only (no distillation): quality columns are empty; the candidates' KL is before "
             "distillation.** " if meta.get("search_only") else "") +
@@ -259,7 +262,12 @@ def main(argv=None) -> int:
                    args.examples, Progress(LineSink(lambda m: print(m, flush=True), every_s=30)), args.search_only,
                    args.search_steps)
     paired_rows(rows, args.work)
-    meta = {"search_only": args.search_only, "steps": args.steps, "seq": args.seq, "seeds": args.seeds, "search_tokens": args.search_tokens,
+    def of_rows(key, given):  # the table's budget as its rows were built (--table-only passes none)
+        found = sorted({r.get(key) for r in rows if r.get(key) is not None})
+        return "/".join(map(str, found)) if found else given
+
+    meta = {"search_only": args.search_only, "steps": of_rows("steps", args.steps), "seq": of_rows("seq", args.seq),
+            "seeds": sorted({r["seed"] for r in rows}) or args.seeds, "search_tokens": args.search_tokens,
             "command": "`python bench/search_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:]) + "`"}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "search_ablation.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
