@@ -172,22 +172,21 @@ def _kl_of(row: dict | None, name: str) -> float | None:
 def router_versus(rows: list[dict]) -> list[str]:
     """Router v2 against today's router (v1) before distillation, on the same selection rows: v1's
     decode is arm b's candidate ``router`` (it equalled the cvxpy point in every measured run), v2's
-    is arm a's ``router v2``; "as built" is after the exact cost model's repair (``how``)."""
+    is arm a's ``router v2``; "as built" is after the exact cost model's repair (the report's ``search``)."""
     out = []
     for key in dict.fromkeys((r["contract"], r["seed"]) for r in rows):
         arm = {r["arm"]: r for r in rows if (r["contract"], r["seed"]) == key}
         v1, start, v2 = _kl_of(arm.get("b"), "router"), _kl_of(arm.get("b"), "cvxpy start"), _kl_of(arm.get("a"), "router v2")
         if v1 is None or v2 is None:
             continue
-        m = re.search(r"KL ([0-9.]+) as repaired", arm["a"].get("how_search") or arm["a"].get("how") or "")
-        built = (arm["a"].get("router") or {}).get("final_kl") or (float(m.group(1)) if m else v2)
+        built = (arm["a"].get("router") or {}).get("final_kl", v2)  # the report's record, after any repair
         out.append(f"| {key[0]} | {key[1]} | {v1:.3f} | {'yes' if start == v1 else 'no'} | {v2:.3f} | {built:.3f} | "
                    f"{'v2' if built < v1 else 'v1'} |")
     if not out:
         return []
     return ["", "Router v2 against today's router (v1), KL to the parent before distillation on the same selection "
             "rows (v1: arm b's candidate `router`; v2: arm a's decode, and as built after the exact cost model's "
-            "repair):", "", "| contract | seed | v1 KL | v1 = cvxpy point | v2 decode KL | v2 as built KL | lower as built |",
+            "repair):", "", "| contract | seed | v1 KL | v1's KL = the cvxpy point's | v2 decode KL | v2 as built KL | lower as built |",
             "|---|---|---|---|---|---|---|", *out]
 
 

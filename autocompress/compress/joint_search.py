@@ -81,8 +81,8 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
     first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
     out["search"] = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
-                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "decode_moves": res.decode_moves, "prior_kl": round(prior_kl, 4),
-                     "final_kl": round(final_kl, 4), "first": first, "last": last}
+                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "decode_moves": res.decode_moves,
+                     "prior_kl": round(prior_kl, 4), "final_kl": round(final_kl, 4), "first": first, "last": last}
     out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
                      "tokens": 4 * b * T, "candidates": [candidate_json(c, net, spec.target.tensor_parallel)
                                                            for c in cands]}
