@@ -225,10 +225,16 @@ def render(rows: list[dict], meta: dict) -> str:
     out += router_versus(rows)
     moved = [r for r in rows if (r.get("router") or {}).get("router") == "v2"]
     if moved:
-        out += ["", "Router v2 (choices of its decode that differ from the cvxpy point; KD loss first -> last step):", ""]
+        out += ["", "Router v2 (choices of its decode that differ from its prior, the cvxpy point where no prior is "
+                "named; changes that brought its argmax within the cost tables and that spent its slack; KD loss "
+                "first -> last step):", ""]
         for r in moved:
             s = r["router"]
-            out.append(f"- {r['contract']} s{r['seed']} ({r['arm']}): {s['moved_from_prior']} choices moved, "
+            prior = s.get("prior", "cvxpy point")
+            kept = "" if "learn_hidden" not in s else (", hidden learned" if s["learn_hidden"] else ", hidden kept")
+            out.append(f"- {r['contract']} s{r['seed']} ({r['arm']}): prior the {prior}{kept}; "
+                       f"{s['moved_from_prior']} choices moved, {s.get('decode_moves', 0)} + "
+                       f"{s.get('decode_fills', 0)} decode changes, "
                        f"{s['steps']} steps, {s['tokens']} tokens, {s['seconds']} s; cvxpy point's KL "
                        f"{s.get('prior_kl', float('nan')):.3f}, the built architecture's {s.get('final_kl', float('nan')):.3f}; KD "
                        f"{s['first']['quality']:.3f} -> {s['last']['quality']:.3f}")

@@ -2,8 +2,11 @@
 
     kd loss     the supernet (its weights + router v2's adapters) on the step's training rows,
                 top-k KL against the cached teacher outputs (``teacher``), as distillation
-    train       ``router_v2.train_router_v2`` from the cvxpy point as a prior, checkpointed in the
-                stage's partial folder (a killed build resumes the search), progress with an ETA
+    prior       the better of the points the greedy strategy seeds from (the cvxpy point, the uniform
+                grid's), by KL on the selection rows: both strategies start from the same information
+    train       ``router_v2.train_router_v2`` with that point as a prior (its hidden size kept),
+                checkpointed in the stage's partial folder (a killed build resumes the search),
+                progress with an ETA
     router        the decode is the one candidate
     router-refine the measured greedy (``refine``) from the decode: pruned while over a bound,
                   filled while under; the decode and the greedy's result are measured on the
@@ -40,21 +43,35 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
         target = type(t)(t.values[:, :T], t.indices[:, :T], t.lse[:, :T])
         return topk_kl(net.forward(train_rows[rows][:, :T], choices, params=params), target)
 
+    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
+    # the prior: the better-measured of the points the greedy strategy seeds from (the cvxpy point
+    # and the uniform grid's), so both strategies start from the same information
+    points = {"cvxpy point": start}
+    if feas.uniform is not None:
+        try:
+            points["uniform grid point"] = net.indices_of(feas.uniform.evaluation.arch)
+        except ValueError:  # other global sizes than this supernet's
+            log("[search] the uniform grid's best point has other global sizes: not a prior")
+    point_kl = {name: select_kl(p) for name, p in points.items()}
+    prior_name = min(point_kl, key=point_kl.get)
+    prior = points[prior_name]
+    log("[search] router v2 prior: " + ", ".join(f"{n} KL {k:.3f}" for n, k in point_kl.items())
+        + f" -> {prior_name} (hidden {net.hidden_grid[prior[0]]}" + (")" if cfg.learn_hidden else ", kept)"))
     log(f"[search] router v2: {cfg.steps} steps x {b} x {T} tokens ({cfg.steps * b * T} tokens), prior {cfg.prior} "
-        f"on the cvxpy point, tau {cfg.tau_start:g} -> {cfg.tau_end:g}, adapters rank {cfg.rank}")
+        f"on the {prior_name}, tau {cfg.tau_start:g} -> {cfg.tau_end:g}, adapters rank {cfg.rank}")
     with progress.task("search (router v2)", total=cfg.steps, unit="step") as bar:
         def show(rec):
             worst = max(rec["expected"].items(), key=lambda kv: kv[1])
             bar.advance(KD=f"{rec['quality']:.4f}", tau=f"{rec['tau']:.2f}", worst=f"{worst[0]} {worst[1]:.3f}")
-        res = train_router_v2(tables, kd_loss, net.params, cfg, prior=start, on_step=show,
+        res = train_router_v2(tables, kd_loss, net.params, cfg, prior=prior, on_step=show,
                               ckpt_dir=Path(ckpt_dir) / "router_v2" if ckpt_dir is not None else None,
                               on_resume=lambda k: (log(f"[search] router v2 resumes at step {k}"),
                                                    bar.advance(k, cached=True)))
     decode = (res.hidden_index, res.attn_choice, res.ffn_choice)
-    moved = _moved(start, decode)
-    log(f"[search] router v2 decode: {moved} of {2 * len(start[1]) + 1} choices differ from the cvxpy point"
-        + (f" ({res.decode_moves} changes brought its argmax within the cost tables)" if res.decode_moves else ""))
-    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
+    moved = _moved(prior, decode)
+    log(f"[search] router v2 decode: {moved} of {2 * len(start[1]) + 1} choices differ from the {prior_name}"
+        + (f"; {res.decode_moves} changes brought its argmax within the cost tables" if res.decode_moves else "")
+        + (f"; {res.decode_fills} changes spent the slack it left" if res.decode_fills else ""))
     seeds = {"router v2": decode}
     t_ref, evals = time.perf_counter(), 0
     if settings.strategy == "router-refine":
@@ -62,13 +79,11 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
         if s is not None:
             seeds["greedy from router v2"] = s
     cands = [Scored(name, s, select_kl(s)) for name, s in seeds.items()]
-    # the prior (what router v1 returned in every measured run) is measured as a reference only:
-    # it is not a candidate of these strategies
-    prior_kl = cands[0].kl if decode == start else select_kl(start)
-    evals += len(cands) + (decode != start)
+    # the prior points (the cvxpy point is what router v1 returned in every measured run) were
+    # measured to pick the prior, and as references only: they are not candidates of these strategies
+    evals += len(cands) + len(points)
     for c in cands:
         log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
-    log(f"[refine] (reference, not a candidate) the cvxpy point: KL {prior_kl:.3f}")
     arch, how, ranked = final_choice(cands, net, spec, derived, relaxes, feas, log, select_kl)
     final = net.indices_of(arch)
     final_kl = next((c.kl for c in cands if c.state == final), None)
@@ -81,8 +96,12 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
     first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
     out["search"] = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
-                     "tokens": len(res.history) * b * T, "moved_from_prior": moved, "decode_moves": res.decode_moves,
-                     "prior_kl": round(prior_kl, 4), "final_kl": round(final_kl, 4), "first": first, "last": last}
+                     "tokens": len(res.history) * b * T, "prior": prior_name, "learn_hidden": cfg.learn_hidden,
+                     "moved_from_prior": moved, "decode_moves": res.decode_moves, "decode_fills": res.decode_fills,
+                     # prior_kl: the cvxpy point's (router v1's decode in every measured run)
+                     "prior_kl": round(point_kl["cvxpy point"], 4),
+                     "points_kl": {n: round(k, 4) for n, k in point_kl.items()},
+                     "final_kl": round(final_kl, 4), "first": first, "last": last}
     out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
                      "tokens": 4 * b * T, "candidates": [candidate_json(c, net, spec.target.tensor_parallel)
                                                            for c in cands]}

@@ -53,6 +53,7 @@ class SearchResult:
     history: tuple[dict, ...] = field(default=())
     seconds: float = 0.0
     decode_moves: int = 0  # router v2: option changes that brought its argmax within the cost tables
+    decode_fills: int = 0  # router v2: option changes that spent the slack its argmax left
 
 
 class Router(torch.nn.Module):
@@ -83,6 +84,7 @@ class Router(torch.nn.Module):
                 mask_f[l, 0] = 0.0
         self.register_buffer("mask_a", mask_a)
         self.register_buffer("mask_f", mask_f)
+        self.register_buffer("mask_h", torch.zeros(len(tables)))  # ``fix_hidden``: -inf off the kept size
         self.hidden = torch.nn.Parameter(torch.zeros(len(tables)))
         self.attn = torch.nn.Parameter(torch.zeros(L, amax))
         self.ffn = torch.nn.Parameter(torch.zeros(L, fmax))
@@ -109,9 +111,15 @@ class Router(torch.nn.Module):
             self.bias_a[torch.arange(L), torch.tensor(ca)] = strength
             self.bias_f[torch.arange(L), torch.tensor(cf)] = strength
 
+    def fix_hidden(self, h: int) -> None:
+        """Keep hidden size ``h``: the other sizes get -inf (router v2 learns per-layer choices only)."""
+        with torch.no_grad():
+            self.mask_h.fill_(-math.inf)
+            self.mask_h[h] = 0.0
+
     def logits(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Learned logits + prior bias (+ -inf on illegal options)."""
-        return self.hidden + self.bias_h, self.attn + self.bias_a + self.mask_a, self.ffn + self.bias_f + self.mask_f
+        return self.hidden + self.bias_h + self.mask_h, self.attn + self.bias_a + self.mask_a, self.ffn + self.bias_f + self.mask_f
 
     def probs(self, tau: float, hard: bool, generator: torch.Generator | None):
         def sample(x):

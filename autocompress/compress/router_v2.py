@@ -15,8 +15,13 @@ logit 3.0, took 20 Adam steps at lr 0.05 over frozen parent weights, and never f
                 update  router and adapters by Adam; lambda_b <- max(0, lambda_b + eta (E_b - 1))
     decode      argmax of learned + prior logits; where the cost tables put that point over a bound
                 (the budget term binds the *expected* cost, not the argmax's), the option changes
-                that cost the router the least log-probability per unit of excess removed
-                (``budget_decode``); the caller checks the result with the exact cost model
+                that cost the router the least log-probability per unit of excess removed; where
+                it is under every bound, the larger options that stay within them, least
+                log-probability lost per unit of budget spent first (``budget_decode``); the
+                caller checks the result with the exact cost model
+    hidden      fixed at the prior's (``learn_hidden`` False, the default): the hidden size is a
+                global choice the global sweep and the measured prior make; learned, it fell to
+                384 on npc-5080 where every per-layer point at 576 or 512 measured better
 
 The adapters let the router see which layers recover with training; they are dropped at the end
 (the build extracts from the parent's weights). Resumable: every ``ckpt_every`` steps the whole
@@ -63,6 +68,7 @@ class RouterV2Config:
     adapter_lr: float = 1e-3
     seed: int = 0
     ckpt_every: int = 10
+    learn_hidden: bool = False  # the hidden size stays the prior's (module docstring)
 
 
 def temperature(cfg: RouterV2Config, step: int) -> float:
@@ -78,6 +84,8 @@ class _State:
         self.router = Router(tables, None, 0.0)
         if prior is not None and cfg.prior:
             self.router.set_prior(prior, cfg.prior)
+        if prior is not None and not cfg.learn_hidden:
+            self.router.fix_hidden(prior[0])
         self.opt = torch.optim.Adam(self.router.parameters(), lr=cfg.lr)
         self.adapters = Adapters(params, cfg.rank, seed=cfg.seed)
         ps = self.adapters.parameters()
@@ -170,41 +178,66 @@ def train_router_v2(tables: list[CostTables], kd_loss: KDLoss, params: dict, cfg
             _save(s, ckpt_dir, cfg)
         if stop_after is not None and s.step >= stop_after:
             break
-    (h, ca, cf), moves = budget_decode(s.router, tables)
-    return SearchResult(h, ca, cf, tuple(s.history), time.perf_counter() - t0, moves)
+    (h, ca, cf), moves, fills = budget_decode(s.router, tables)
+    return SearchResult(h, ca, cf, tuple(s.history), time.perf_counter() - t0, moves, fills)
 
 
-def budget_decode(router, tables: list[CostTables]) -> tuple[tuple, int]:
-    """(point, changes): the router's argmax brought within the cost tables by the router's own
-    preference. While the tables put the point over a bound, take the single change of one layer's
-    attention or FFN option that removes excess at the least cost in log-probability per unit of
-    excess removed. The hidden size stays the argmax's. Why: the training penalty binds the
-    expected cost under soft probabilities, so the argmax can sit over a bound (npc-5080,
-    2026-12-05: TPOT 1.035 of the bound). The exact model's repair is cost-driven and blind to the
-    router; it undid every one of v2's moves there (KL 3.56 -> 5.42 as repaired)."""
+def budget_decode(router, tables: list[CostTables]) -> tuple[tuple, int, int]:
+    """(point, changes that removed excess, changes that spent slack): the router's argmax brought
+    onto the cost tables' budget by the router's own preference. The hidden size stays the argmax's.
+
+    Over a bound: take the single change of one layer's attention or FFN option that removes
+    excess at the least log-probability per unit of excess removed. Why: the training penalty
+    binds the *expected* cost under soft probabilities, so the argmax can sit over a bound
+    (npc-5080, 2026-12-05: TPOT 1.035 of the bound); the exact model's repair is cost-driven and
+    blind to the router, and undid every one of v2's moves there (KL 3.56 -> 5.42 as repaired).
+    Under every bound: take the single larger option that stays within the tables at the least
+    log-probability lost per unit of budget spent (on the row it loads most), until none fits.
+    Why: the same expectation leaves the argmax under the bound (npc-5080: 49.9M parameters where
+    the greedy built 66.5M at the same TPOT bound), and slack is quality left unbought."""
     with torch.no_grad():
         _, la, lf = router.logits()
         lp = {"a": F.log_softmax(la, -1).numpy(), "f": F.log_softmax(lf, -1).numpy()}
     s = router.decode()
-    excess, moves = violation(costs(tables, s)), 0
-    while excess > 0 and moves < 4 * len(s[1]):
+    e = costs(tables, s)
+    excess, moves, fills, cap = violation(e), 0, 0, 4 * len(s[1])
+    while excess > 0 and moves < cap:
         best = None
-        for kind, choice in (("a", s[1]), ("f", s[2])):
-            for l, c in enumerate(choice):
-                for j in np.flatnonzero(np.isfinite(lp[kind][l])):
-                    if j == c:
-                        continue
-                    t = apply(s, [(kind, l, int(j))])
-                    v = violation(costs(tables, t))
-                    if v < excess - 1e-12:
-                        score = (lp[kind][l, c] - lp[kind][l, j]) / (excess - v)
-                        if best is None or score < best[0]:
-                            best = (score, t, v)
+        for kind, l, c, j, t in _changes(s, lp, larger=False):
+            v = violation(costs(tables, t))
+            if v < excess - 1e-12:
+                score = (lp[kind][l, c] - lp[kind][l, j]) / (excess - v)
+                if best is None or score < best[0]:
+                    best = (score, t, v)
         if best is None:  # no single change lowers the excess: the exact model's repair takes over
-            break
+            return s, moves, fills
         _, s, excess = best
         moves += 1
-    return s, moves
+    e = costs(tables, s)
+    while excess <= 0 and fills < cap:
+        best = None
+        for kind, l, c, j, t in _changes(s, lp, larger=True):
+            et = costs(tables, t)
+            if violation(et) > 0:
+                continue
+            score = (lp[kind][l, c] - lp[kind][l, j]) / max(float((et - e).max()), 1e-9)
+            if best is None or score < best[0]:
+                best = (score, t, et)
+        if best is None:
+            break
+        _, s, e = best
+        fills += 1
+    return s, moves, fills
+
+
+def _changes(s, lp: dict, larger: bool):
+    """Every single change of one layer's attention or FFN option to another legal option (only
+    larger ones, options being ordered by size, with ``larger``): (kind, layer, now, new, state)."""
+    for kind, choice in (("a", s[1]), ("f", s[2])):
+        for l, c in enumerate(choice):
+            for j in np.flatnonzero(np.isfinite(lp[kind][l])):
+                if j != c and (j > c or not larger):
+                    yield kind, l, c, int(j), apply(s, [(kind, l, int(j))])
 
 
 def _save(s: _State, folder: Path, cfg: RouterV2Config) -> None:

@@ -35,16 +35,22 @@ def _decode(res):
     return res.hidden_index, res.attn_choice, res.ffn_choice
 
 
+def _argmax(res):
+    """The router's own argmax after its last step (before ``budget_decode`` fills the slack)."""
+    h, ca, cf = res.history[-1]["decode"]
+    return h, tuple(ca), tuple(cf)
+
+
 def test_choices_change_when_the_loss_says_so_and_only_then():
     tables = _loose()
     moved = train_router_v2(tables, _wants_ffn2_at_2, {}, RouterV2Config(steps=30), prior=P0)
-    h, ca, cf = _decode(moved)
+    h, ca, cf = _argmax(moved)
     assert cf[2] == 2  # the loss's choice won against the prior ...
     assert (h, ca, cf[:2] + cf[3:]) == (P0[0], P0[1], P0[2][:2] + P0[2][3:])  # ... and nothing else moved
     flip = next(r["step"] for r in moved.history if r["decode"][2][2] == 2)
     assert flip < 30  # Adam at lr 0.1 overcomes the 2-nat prior in ~20 steps (v1 never flipped in 20)
     still = train_router_v2(tables, _zero, {}, RouterV2Config(steps=30), prior=P0)
-    assert _decode(still) == P0
+    assert _argmax(still) == P0
     assert all(r["decode"] == [P0[0], list(P0[1]), list(P0[2])] for r in still.history)
 
 
@@ -91,21 +97,43 @@ def test_budget_decode_fits_the_tables_by_the_routers_preference():
     full = full_state(tables, 0)
     r = Router(tables, None, 0.0)
     r.set_prior(full, 5.0)  # the argmax is the parent: 10% over the TPOT bound
-    assert budget_decode(r, tables) != (full, 0) and max(costs(tables, full)) > 1.0
-    plain, n = budget_decode(r, tables)
+    assert budget_decode(r, tables)[0] != full and max(costs(tables, full)) > 1.0
+    plain, n, _ = budget_decode(r, tables)
     assert max(costs(tables, plain)) <= 1.0 and n >= 1
     for layer in (1, 4):  # kept whole above; now the router barely minds it one step narrower: it changes
         r2 = Router(tables, None, 0.0)
         r2.set_prior(full, 5.0)
         with torch.no_grad():
             r2.ffn[layer, full[2][layer] - 1] = 4.999
-        point, n = budget_decode(r2, tables)
+        point, n, _ = budget_decode(r2, tables)
         assert max(costs(tables, point)) <= 1.0
         assert plain[2][layer] == full[2][layer] and point[2][layer] < full[2][layer]
     loose = _loose()  # within the tables already: the argmax, unchanged
     r3 = Router(loose, None, 0.0)
     r3.set_prior(full_state(loose, 0), 5.0)
-    assert budget_decode(r3, loose) == (full_state(loose, 0), 0)
+    assert budget_decode(r3, loose) == (full_state(loose, 0), 0, 0)
+
+
+def test_budget_decode_spends_the_slack_by_the_routers_preference():
+    from autocompress.compress.refine import up_moves, apply
+
+    tables, _ = setup_tables(6.0e-4)  # the parent is over the TPOT bound; P0 is well under it
+    assert max(costs(tables, full_state(tables, 0))) > 1.0 and max(costs(tables, P0)) < 0.95
+    r = Router(tables, None, 0.0)
+    r.set_prior(P0, 5.0)
+    filled, moves, fills = budget_decode(r, tables)
+    assert moves == 0 and fills >= 1 and filled != P0
+    assert max(costs(tables, P0)) < max(costs(tables, filled)) <= 1.0
+    # maximal: no one-step-larger option of any sub-block still fits
+    assert all(max(costs(tables, apply(filled, [m]))) > 1.0 for m in up_moves(tables, filled))
+    # by preference: layer 3's FFN one step wider, which the router barely minds, is bought first
+    r2 = Router(tables, None, 0.0)
+    r2.set_prior(P0, 5.0)
+    with torch.no_grad():
+        r2.ffn[3, P0[2][3] + 1] = 4.999
+    pref, _, _ = budget_decode(r2, tables)
+    assert pref[2][3] > P0[2][3]
+    assert filled[2][3] == P0[2][3] or pref[2][3] >= filled[2][3]
 
 
 def _with_weights(step, choices, params):
@@ -128,7 +156,7 @@ def test_resume_gives_the_same_decode_as_an_uninterrupted_run(tmp_path):
     rest = train_router_v2(tables, _with_weights, params, cfg, prior=P0, ckpt_dir=tmp_path,
                            on_resume=resumed_at.append)
     assert resumed_at == [7]
-    assert _decode(rest) == _decode(whole)
+    assert _decode(rest) == _decode(whole) and _argmax(rest) == _argmax(whole)
     assert rest.history == whole.history  # bit-identical: logits, adapters, Adam states, generator
     # another configuration does not resume from this state
     other = []
@@ -153,3 +181,15 @@ def test_the_search_key_holds_router_v2s_config():
     assert "adapter_lr" in base[1]  # every router v2 setting, defaults included: a new default re-runs
     for change in (dict(search_tokens=s.search_tokens * 2), dict(search_temperature=2.0), dict(seed=1)):
         assert search_key_parts(replace(s, **change)) != base, change
+
+
+def _wants_hidden_0(step, choices, params):  # a loss that prefers the first hidden size
+    return -choices[0][0]
+
+
+def test_the_hidden_size_stays_the_priors_unless_learned():
+    tables = _loose()
+    kept = train_router_v2(tables, _wants_hidden_0, {}, RouterV2Config(steps=30), prior=P0)
+    assert _argmax(kept)[0] == P0[0] and all(r["decode"][0] == P0[0] for r in kept.history)
+    learned = train_router_v2(tables, _wants_hidden_0, {}, RouterV2Config(steps=30, learn_hidden=True), prior=P0)
+    assert _argmax(learned)[0] == 0
