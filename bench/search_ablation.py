@@ -5,6 +5,7 @@
     (b) autocompress   the measured greedy, as the default does today
     (c) router-refine  router v2, then the measured greedy from its decode
     (d) uniform        the fair uniform arm (Minitron++: the grid's frontier, measured choice)
+    (e) router-greedy  arm b with router v2's decode as the router's seed in place of v1's
 
 For each contract (the example scenarios, rewritten with one distillation budget) and seed, one
 `acc build` per arm, all in one stage folder (``--work``): importance, teacher outputs and the
@@ -34,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ("code-5070", "npc-5080", "serve-h100", "cpu-vllm")
-ARMS = (("a", "router"), ("b", "autocompress"), ("c", "router-refine"), ("d", "uniform"))
+ARMS = (("a", "router"), ("b", "autocompress"), ("c", "router-refine"), ("d", "uniform"), ("e", "router-greedy"))
 
 
 def arm_spec(example_text: str, strategy: str, seed: int, steps: int, seq: int, search_tokens: int | None,
@@ -110,18 +111,21 @@ def _merge(rows: list[dict], row: dict) -> list[dict]:
 
 
 def paired_rows(rows: list[dict], work: Path) -> None:
-    """Each arm's eight-benchmark mean minus arm d's (the fair uniform arm) of its contract and
-    seed, on the same documents (``accuracy.paired``), where both accuracy stages are in ``work``."""
+    """Each arm's eight-benchmark mean minus arm d's (the fair uniform arm) and minus arm b's
+    (today's greedy, what the default must at least match) of its contract and seed, on the same
+    documents (``accuracy.paired``), where both accuracy stages are in ``work``."""
     from autocompress.accuracy.paired import paired_difference, per_doc_path, read_rows
 
     for r in rows:
-        d = next((x for x in rows if x["arm"] == "d" and (x["contract"], x["seed"]) == (r["contract"], r["seed"])), None)
-        if r["arm"] == "d" or not d or not (r.get("accuracy") and d.get("accuracy")):
-            continue
-        a, b = (per_doc_path(x["accuracy"], work / "stages") for x in (r, d))
-        if a and b:
-            diff = paired_difference(read_rows(a), read_rows(b))
-            r["minus_uniform"] = {"diff": diff["diff"], "stderr": diff["stderr"]}
+        for ref, key in (("d", "minus_uniform"), ("b", "minus_greedy")):
+            o = next((x for x in rows if x["arm"] == ref and (x["contract"], x["seed"]) == (r["contract"], r["seed"])),
+                     None)
+            if r["arm"] == ref or not o or not (r.get("accuracy") and o.get("accuracy")):
+                continue
+            a, b = (per_doc_path(x["accuracy"], work / "stages") for x in (r, o))
+            if a and b:
+                diff = paired_difference(read_rows(a), read_rows(b))
+                r[key] = {"diff": diff["diff"], "stderr": diff["stderr"]}
 
 
 def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None, work: Path, examples: Path,
@@ -204,16 +208,19 @@ def render(rows: list[dict], meta: dict) -> str:
            f"{meta['seeds']}; router v2 budget {meta['search_tokens'] or 'derived (a quarter of distillation)'}"
            " tokens. Made by `bench/search_ablation.py`; rows add up over invocations (one contract per run), "
            "each names its commit and time; the last command: " + meta["command"], "",
-           "minus (d), paired: the arm's eight-benchmark mean minus the fair uniform arm's on the same documents, "
-           "± the SE of that paired difference (`autocompress.accuracy.paired`).", "",
-           "| contract | seed | arm | strategy | 8-bench mean | minus (d), paired | ppl code | ppl prose | KL code | "
-           "search s | hidden | attn kept | FFN kept | mean FFN | params M | bounds | made at |", "|" + "---|" * 17]
+           "minus (d) / minus (b), paired: the arm's eight-benchmark mean minus the fair uniform arm's / today's "
+           "greedy's on the same documents, in points, ± the SE of that paired difference "
+           "(`autocompress.accuracy.paired`).", "",
+           "| contract | seed | arm | strategy | 8-bench mean | minus (d), paired | minus (b), paired | ppl code | "
+           "ppl prose | KL code | search s | hidden | attn kept | FFN kept | mean FFN | params M | bounds | made at |",
+           "|" + "---|" * 18]
+
+    def paired(m):
+        return f"{100 * m['diff']:+.1f} ± {100 * m['stderr']:.1f}" if m else "-"
     for r in rows:
         c = r["capacity"]
-        m = r.get("minus_uniform")
-        paired = f"{100 * m['diff']:+.1f} ± {100 * m['stderr']:.1f}" if m else "-"
         out.append(f"| {r['contract']} | {r['seed']} | {r['arm']} | {r['strategy']} | {f(r['accuracy_mean'], '.3f')} | "
-                   f"{paired} | "
+                   f"{paired(r.get('minus_uniform'))} | {paired(r.get('minus_greedy'))} | "
                    f"{f(r['ppl'].get('code'), '.2f')} | {f(r['ppl'].get('prose'), '.2f')} | "
                    f"{f(r['kl'].get('code'), '.3f')} | {f(r['search_s'], '.0f')} | {c['hidden']} | "
                    f"{c['attention_kept']}/{c['layers']} | {c['ffn_kept']}/{c['layers']} | "
@@ -245,7 +252,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--contracts", nargs="+", default=list(CONTRACTS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
-    ap.add_argument("--arms", default="abcd", help="a subset of abcd")
+    ap.add_argument("--arms", default="abcde", help="a subset of abcde")
     ap.add_argument("--steps", type=int, default=60, help="distillation steps, the same for every arm")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--search-tokens", type=int, default=None, help="router v2's budget (default: derived)")

@@ -25,16 +25,16 @@ from autocompress.compress import dist
 from autocompress.compress.refine import Scored, greedy
 
 
-def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start, teacher, train_rows, settings,
-                     imp, parent_arch, progress, ckpt_dir=None) -> dict:
-    """The search stage's JSON for ``settings.strategy`` in (``router``, ``router-refine``)."""
+def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
+                  ckpt_dir=None) -> tuple[tuple, dict]:
+    """(decode, the report's ``search`` record): router v2 trained from the better-measured of the
+    greedy's seed points as its prior. Shared by ``router``, ``router-refine`` and ``router-greedy``."""
     from autocompress.compress.router_v2 import train_router_v2
-    from autocompress.compress.search import (_measures, arch_json, candidate_json, final_choice, finalists_json,
-                                              search_configs)
+    from autocompress.compress.search import search_configs
     from autocompress.compress.teacher import topk_kl
 
     log = progress.log
-    _, refine_cfg, cfg = search_configs(settings)
+    _, _, cfg = search_configs(settings)
     n, b, T = len(train_rows), settings.search_batch, settings.search_seq
 
     def kd_loss(step, choices, params):
@@ -43,7 +43,6 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
         target = type(t)(t.values[:, :T], t.indices[:, :T], t.lse[:, :T])
         return topk_kl(net.forward(train_rows[rows][:, :T], choices, params=params), target)
 
-    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
     # the prior: the better-measured of the points the greedy strategy seeds from (the cvxpy point
     # and the uniform grid's), so both strategies start from the same information
     points = {"cvxpy point": start}
@@ -72,6 +71,29 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     log(f"[search] router v2 decode: {moved} of {2 * len(start[1]) + 1} choices differ from the {prior_name}"
         + (f"; {res.decode_moves} changes brought its argmax within the cost tables" if res.decode_moves else "")
         + (f"; {res.decode_fills} changes spent the slack it left" if res.decode_fills else ""))
+    first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
+    record = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
+              "tokens": len(res.history) * b * T, "prior": prior_name, "learn_hidden": cfg.learn_hidden,
+              "moved_from_prior": moved, "decode_moves": res.decode_moves, "decode_fills": res.decode_fills,
+              # prior_kl: the cvxpy point's (router v1's decode in every measured run)
+              "prior_kl": round(point_kl["cvxpy point"], 4),
+              "points_kl": {n: round(k, 4) for n, k in point_kl.items()},
+              "forwards": len(points), "first": first, "last": last}
+    return decode, record
+
+
+def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start, teacher, train_rows, settings,
+                     imp, parent_arch, progress, ckpt_dir=None) -> dict:
+    """The search stage's JSON for ``settings.strategy`` in (``router``, ``router-refine``)."""
+    from autocompress.compress.search import (_measures, arch_json, candidate_json, final_choice, finalists_json,
+                                              search_configs)
+
+    log = progress.log
+    _, refine_cfg, _ = search_configs(settings)
+    b, T = settings.search_batch, settings.search_seq
+    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
+    decode, record = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
+                                   ckpt_dir)
     seeds = {"router v2": decode}
     t_ref, evals = time.perf_counter(), 0
     if settings.strategy == "router-refine":
@@ -81,7 +103,7 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     cands = [Scored(name, s, select_kl(s)) for name, s in seeds.items()]
     # the prior points (the cvxpy point is what router v1 returned in every measured run) were
     # measured to pick the prior, and as references only: they are not candidates of these strategies
-    evals += len(cands) + len(points)
+    evals += len(cands) + record["forwards"]
     for c in cands:
         log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
     arch, how, ranked = final_choice(cands, net, spec, derived, relaxes, feas, log, select_kl)
@@ -94,14 +116,7 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
     out["how"] = how
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
-    first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
-    out["search"] = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
-                     "tokens": len(res.history) * b * T, "prior": prior_name, "learn_hidden": cfg.learn_hidden,
-                     "moved_from_prior": moved, "decode_moves": res.decode_moves, "decode_fills": res.decode_fills,
-                     # prior_kl: the cvxpy point's (router v1's decode in every measured run)
-                     "prior_kl": round(point_kl["cvxpy point"], 4),
-                     "points_kl": {n: round(k, 4) for n, k in point_kl.items()},
-                     "final_kl": round(final_kl, 4), "first": first, "last": last}
+    out["search"] = {**record, "final_kl": round(final_kl, 4)}
     out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
                      "tokens": 4 * b * T, "candidates": [candidate_json(c, net, spec.target.tensor_parallel)
                                                            for c in cands]}
@@ -113,4 +128,4 @@ def _moved(a, b) -> int:
     return int(a[0] != b[0]) + sum(x != y for x, y in zip(a[1], b[1])) + sum(x != y for x, y in zip(a[2], b[2]))
 
 
-__all__ = ["router_v2_choice"]
+__all__ = ["router_v2_choice", "run_router_v2"]

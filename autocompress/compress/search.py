@@ -3,6 +3,7 @@
     autocompress    router v1 and the cvxpy start as seeds, the measured greedy, the measured choice
     router          router v2: router and supernet temporaries trained together (``joint_search``)
     router-refine   router v2, then the measured greedy from its decode and the measured choice
+    router-greedy   as autocompress, with router v2's decode as the router's seed in place of v1's
     uniform         the Minitron-style grid's frontier, measured choice (``baseline``)
 
 Every strategy sees the same importance, cost model, bounds and teacher outputs; only the search
@@ -156,18 +157,27 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
         return topk_kl(logits, target)
 
     router_cfg, refine_cfg, _ = search_configs(settings)
-    with progress.task("search", total=router_cfg.steps, unit="step") as bar:
-        def show(rec):
-            worst = max(rec["expected"].items(), key=lambda kv: kv[1])
-            bar.advance(KD=f"{rec['quality']:.4f}", tau=f"{rec['tau']:.2f}", worst=f"{worst[0]} {worst[1]:.3f}")
-        res = train_router(tables, quality, router_cfg, start, show)
-    seeds = {"router": (res.hidden_index, res.attn_choice, res.ffn_choice), "cvxpy start": start}
+    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
+    if settings.strategy == "router-greedy":
+        from autocompress.compress.joint_search import run_router_v2
+
+        decode, record = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
+                                       ckpt_dir)
+        seeds = {"router v2": decode, "cvxpy start": start}
+    else:
+        with progress.task("search", total=router_cfg.steps, unit="step") as bar:
+            def show(rec):
+                worst = max(rec["expected"].items(), key=lambda kv: kv[1])
+                bar.advance(KD=f"{rec['quality']:.4f}", tau=f"{rec['tau']:.2f}", worst=f"{worst[0]} {worst[1]:.3f}")
+            res = train_router(tables, quality, router_cfg, start, show)
+        seeds = {"router": (res.hidden_index, res.attn_choice, res.ffn_choice), "cvxpy start": start}
+        record = {"steps": len(res.history), "seconds": round(res.seconds, 1),
+                  "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
     if feas.uniform is not None:
         try:
             seeds["uniform grid"] = net.indices_of(feas.uniform.evaluation.arch)
         except ValueError:  # the best uniform point has other global sizes than this supernet's
             log("[refine] the uniform grid's best point has other global sizes: not a seed")
-    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
     t_ref = time.perf_counter()
     # the measured forwards are independent: under a launcher they are split over the ranks
@@ -177,8 +187,11 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
     out["how"] = how
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
-    out["search"] = {"steps": len(res.history), "seconds": round(res.seconds, 1),
-                     "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
+    if record.get("router") == "v2":  # what is built, measured (the candidates' KLs; repaired: re-measured)
+        final = net.indices_of(arch)
+        kl = next((c.kl for c in ref.candidates if c.state == final), None)
+        record["final_kl"] = round(kl if kl is not None else select_kl(final), 4)
+    out["search"] = record
     out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq,
                      "candidates": [candidate_json(c, net, spec.target.tensor_parallel) for c in ref.candidates]}
     return out

@@ -50,12 +50,13 @@ def test_arm_spec_keeps_the_contract_and_sets_one_budget():
 def test_four_arms_on_a_tiny_parent(tmp_path, project):
     bench = _bench()
     work, results = tmp_path / "work", tmp_path / "results"
-    rc = bench.main(["--contracts", "spec", "--steps", "2", "--seq", "32", "--search-tokens", "256",
+    rc = bench.main(["--contracts", "spec", "--steps", "2", "--seq", "32", "--search-tokens", "256", "--arms", "abcde",
                      "--examples", str(project), "--work", str(work), "--results", str(results)])
     assert rc == 0
     data = json.loads((results / "search_ablation.json").read_text())
     rows = {r["arm"]: r for r in data["rows"]}
-    assert [rows[a]["strategy"] for a in "abcd"] == ["router", "autocompress", "router-refine", "uniform"]
+    assert [rows[a]["strategy"] for a in "abcde"] == ["router", "autocompress", "router-refine", "uniform",
+                                                       "router-greedy"]
     for r in rows.values():
         assert r["all_bounds_met"] and r["ppl"]["code"] > 1 and r["search_s"] is not None
         assert r["accuracy_mean"] is not None  # the fixture benchmark documents
@@ -65,18 +66,24 @@ def test_four_arms_on_a_tiny_parent(tmp_path, project):
     # the build report keeps the router's record: v2 for arms a and c, v1 (the prior's seed) for b
     assert rows["a"]["router"]["router"] == "v2" and rows["a"]["router"]["moved_from_prior"] >= 0
     assert rows["b"]["router"].get("router") is None and rows["b"]["router"]["steps"] > 0
+    # arm e: arm b's seeds and greedy with router v2's decode in place of v1's
+    names = {c["name"] for c in rows["e"]["candidates"]}
+    assert "router v2" in names and "cvxpy start" in names and "router" not in names
+    assert any(n.startswith("greedy (hidden") for n in names)
+    assert rows["e"]["router"]["router"] == "v2" and rows["e"]["router"]["final_kl"] >= 0
     md = (results / "search_ablation.md").read_text()
-    assert all(md.count(f"| spec | 0 | {a} | ") == 1 for a in "abcd")
+    assert all(md.count(f"| spec | 0 | {a} | ") == 1 for a in "abcde")
     # v1 against v2 before distillation: arm b's `router` candidate against arm a's decode
     v1 = next(c["kl"] for c in rows["b"]["candidates"] if c["name"] == "router")
     assert f"| spec | 0 | {v1:.3f} |" in md
     # every arm but d is paired with d on the same documents
-    assert all("minus_uniform" in rows[a] for a in "abc") and "minus_uniform" not in rows["d"]
+    assert all("minus_uniform" in rows[a] for a in "abce") and "minus_uniform" not in rows["d"]
+    assert all("minus_greedy" in rows[a] for a in "acde") and "minus_greedy" not in rows["b"]
     # a second invocation (one arm, from the stage cache) replaces its own row and keeps the others
     assert bench.main(["--contracts", "spec", "--arms", "a", "--steps", "2", "--seq", "32", "--search-tokens", "256",
                        "--examples", str(project), "--work", str(work), "--results", str(results)]) == 0
     again = json.loads((results / "search_ablation.json").read_text())["rows"]
-    assert sorted(r["arm"] for r in again) == list("abcd")
+    assert sorted(r["arm"] for r in again) == list("abcde")
     assert next(r for r in again if r["arm"] == "a")["capacity"] == rows["a"]["capacity"]
 
 
