@@ -35,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ("code-5070", "npc-5080", "serve-h100", "cpu-vllm")
+V2_ARMS = ("router", "router-refine", "router-greedy")  # strategies that run router v2 (its budget in tokens)
 ARMS = (("a", "router"), ("b", "autocompress"), ("c", "router-refine"), ("d", "uniform"), ("e", "router-greedy"))
 
 
@@ -48,7 +49,7 @@ def arm_spec(example_text: str, strategy: str, seed: int, steps: int, seq: int, 
     tokens = f"  tokens {search_tokens} tokens" if search_tokens else ""
     # --search-steps: router v1's steps (`search { ... steps N }`, as the equal-cost benchmark sets
     # them); a router v2 arm keeps its token budget, since `steps` would set that too (settings.py)
-    stepped = f"  steps {search_steps}" if search_steps and strategy not in ("router", "router-refine") else ""
+    stepped = f"  steps {search_steps}" if search_steps and strategy not in V2_ARMS else ""
     return "\n".join(kept).rstrip() + (
         f"\n\nsearch  {{ strategy {strategy}{stepped}  seed {seed}{tokens} }}\n"
         f"distill {{ {' '.join(data + [''])}steps {steps}  seq_len {seq} tokens }}\noutput \"out/{out}\"\n")

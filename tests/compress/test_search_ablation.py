@@ -42,6 +42,7 @@ def test_arm_spec_keeps_the_contract_and_sets_one_budget():
     assert "distill { steps 12  seq_len 64 tokens }" in out and out.count("search") == 1
     # --search-steps is router v1's: a router v2 arm keeps its token budget
     assert "steps 20" not in bench.arm_spec(text, "router", 0, 12, 64, None, "x", 20)
+    assert "steps 20" not in bench.arm_spec(text, "router-greedy", 0, 12, 64, None, "x", 20)
     from autocompress.lang.api import parse_spec
 
     parse_spec(out, "x.acspec")  # a valid spec
