@@ -2,10 +2,11 @@
 """The search ablation (issue 14): four arms, the same distillation budget and seeds afterwards.
 
     (a) router         router v2 alone (router and low-rank supernet temporaries trained by KD)
-    (b) autocompress   the measured greedy, as the default does today
+    (b) greedy         the measured greedy with router v1's seed, the default until 2026-12-05
     (c) router-refine  router v2, then the measured greedy from its decode
     (d) uniform        the fair uniform arm (Minitron++: the grid's frontier, measured choice)
-    (e) router-greedy  arm b with router v2's decode as the router's seed in place of v1's
+    (e) autocompress   arm b with router v2's decode as the router's seed in place of v1's (the
+                       default since 2026-12-05, when this ablation made it so)
 
 For each contract (the example scenarios, rewritten with one distillation budget) and seed, one
 `acc build` per arm, all in one stage folder (``--work``): importance, teacher outputs and the
@@ -35,8 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ("code-5070", "npc-5080", "serve-h100", "cpu-vllm")
-V2_ARMS = ("router", "router-refine", "router-greedy")  # strategies that run router v2 (its budget in tokens)
-ARMS = (("a", "router"), ("b", "autocompress"), ("c", "router-refine"), ("d", "uniform"), ("e", "router-greedy"))
+V2_ARMS = ("router", "router-refine", "autocompress")  # strategies that run router v2 (its budget in tokens)
+ARMS = (("a", "router"), ("b", "greedy"), ("c", "router-refine"), ("d", "uniform"), ("e", "autocompress"))
 
 
 def arm_spec(example_text: str, strategy: str, seed: int, steps: int, seq: int, search_tokens: int | None,

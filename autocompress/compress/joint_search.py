@@ -28,7 +28,7 @@ from autocompress.compress.refine import Scored, greedy
 def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
                   ckpt_dir=None) -> tuple[tuple, dict]:
     """(decode, the report's ``search`` record): router v2 trained from the better-measured of the
-    greedy's seed points as its prior. Shared by ``router``, ``router-refine`` and ``router-greedy``."""
+    greedy's seed points as its prior. Shared by ``router``, ``router-refine`` and ``autocompress``."""
     from autocompress.compress.router_v2 import train_router_v2
     from autocompress.compress.search import search_configs
     from autocompress.compress.teacher import topk_kl

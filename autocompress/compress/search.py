@@ -1,9 +1,12 @@
 """Choosing the architecture: cvxpy starting point with measured importance, then per strategy
 
-    autocompress    router v1 and the cvxpy start as seeds, the measured greedy, the measured choice
-    router          router v2: router and supernet temporaries trained together (``joint_search``)
+    autocompress    router v2's decode (``joint_search.run_router_v2``), the cvxpy start and the
+                    uniform point as seeds, the measured greedy, the measured choice (the default:
+                    the ablation's best arm, ``bench/results/search_ablation.md``)
+    greedy          the same with router v1's decode as the router's seed (the default until
+                    2026-12-05; v1 never moved from the cvxpy start in a measured run)
+    router          router v2 alone: router and supernet temporaries trained together (``joint_search``)
     router-refine   router v2, then the measured greedy from its decode and the measured choice
-    router-greedy   as autocompress, with router v2's decode as the router's seed in place of v1's
     uniform         the Minitron-style grid's frontier, measured choice (``baseline``)
 
 Every strategy sees the same importance, cost model, bounds and teacher outputs; only the search
@@ -158,7 +161,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
 
     router_cfg, refine_cfg, _ = search_configs(settings)
     search_kl, select_kl = _measures(net, teacher, train_rows, settings)
-    if settings.strategy == "router-greedy":
+    if settings.strategy == "autocompress":
         from autocompress.compress.joint_search import run_router_v2
 
         decode, record = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,

@@ -55,12 +55,12 @@ def derive_build(spec) -> BuildSettings:
     steps = pick("distill steps", d.steps if d else None, 60,
                  "fits the 30-minute CPU build budget with search and evaluation")
     lr = pick("lr", d.lr if d else None, 3e-4, "AdamW, warm-up 5% then cosine to 10% (Minitron recovery range)")
-    search_steps = pick("search steps", s.steps if s else None, 30,
-                        "the router starts at the cvxpy point; each step runs the masked supernet once")
+    search_steps = pick("router v1 steps", s.steps if s else None, 30,
+                        "strategy greedy's router v1; it starts at the cvxpy point; a step runs the masked supernet once")
     search_batch = pick("search batch", None, 2, "the router needs a quality signal, not a recovery: small batches")
     search_seq = pick("search tokens per sequence", None, min(seq_len, 64),
                       "the masked supernet's forward+backward costs ~3 plain forwards; 64 tokens keep a step ~2 s")
-    # router v2's budget in tokens (strategies router, router-refine): a quarter of what distillation
+    # router v2's budget in tokens (strategies autocompress, router, router-refine): a quarter of what distillation
     # reads, so the search costs about as much as a quarter of the recovery (a search step runs the
     # masked supernet forward and backward, like a distillation step on fewer tokens); at least 64
     # steps, so an annealed temperature and a 2-nat prior at lr 0.1 have room to move the decode

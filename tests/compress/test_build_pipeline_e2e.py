@@ -204,7 +204,7 @@ def test_the_chosen_architecture_is_the_measured_best_candidate(built):
     report = json.loads((result.output / "autocompress-report.json").read_text())
     cands = report["refine"]["candidates"]
     names = [c["name"] for c in cands]
-    assert "router" in names and "cvxpy start" in names and any(n.startswith("greedy") for n in names)
+    assert "router v2" in names and "cvxpy start" in names and any(n.startswith("greedy") for n in names)
     best = min(cands, key=lambda c: c["kl"])
     # the search's own pick (least KL before distillation) heads its finalists
     assert report["how_search"].startswith(f"measured choice: {best['name']}")  # no repair needed on this contract

@@ -42,7 +42,7 @@ def test_arm_spec_keeps_the_contract_and_sets_one_budget():
     assert "distill { steps 12  seq_len 64 tokens }" in out and out.count("search") == 1
     # --search-steps is router v1's: a router v2 arm keeps its token budget
     assert "steps 20" not in bench.arm_spec(text, "router", 0, 12, 64, None, "x", 20)
-    assert "steps 20" not in bench.arm_spec(text, "router-greedy", 0, 12, 64, None, "x", 20)
+    assert "steps 20" not in bench.arm_spec(text, "autocompress", 0, 12, 64, None, "x", 20)
     from autocompress.lang.api import parse_spec
 
     parse_spec(out, "x.acspec")  # a valid spec
@@ -56,8 +56,8 @@ def test_four_arms_on_a_tiny_parent(tmp_path, project):
     assert rc == 0
     data = json.loads((results / "search_ablation.json").read_text())
     rows = {r["arm"]: r for r in data["rows"]}
-    assert [rows[a]["strategy"] for a in "abcde"] == ["router", "autocompress", "router-refine", "uniform",
-                                                       "router-greedy"]
+    assert [rows[a]["strategy"] for a in "abcde"] == ["router", "greedy", "router-refine", "uniform",
+                                                       "autocompress"]
     for r in rows.values():
         assert r["all_bounds_met"] and r["ppl"]["code"] > 1 and r["search_s"] is not None
         assert r["accuracy_mean"] is not None  # the fixture benchmark documents
