@@ -111,11 +111,11 @@ def palette_start(t: CostTables, s: State, k: int) -> tuple[Palette, State] | No
 
 
 def palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cands) -> int:
-    from autocompress.compress.refine import greedy  # refine calls this module: import at use
-
     """Where the profile prices distinct GEMM shapes, the greedy result's palettes of
     ``cfg.palette_sizes`` widths, each refit by the greedy within it: candidates beside it (the
     measured choice trades heterogeneity against its memory). Returns the forwards spent."""
+    from autocompress.compress.refine import greedy  # refine calls this module: import at use
+
     t, evals, seen = tables[h], 0, set()
     if not t.shape_memory or "memory" not in t.names:
         return 0
