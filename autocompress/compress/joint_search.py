@@ -7,7 +7,8 @@
     train       ``router_v2.train_router_v2`` with that point as a prior (its hidden size kept),
                 checkpointed in the stage's partial folder (a killed build resumes the search),
                 progress with an ETA
-    router        the decode is the one candidate
+    router        the decode is the one candidate, with its width palettes where the profile
+                  prices distinct GEMM shapes (``palette``: each refit by the greedy within it)
     router-refine the measured greedy (``refine``) from the decode: pruned while over a bound,
                   filled while under; the decode and the greedy's result are measured on the
                   selection rows and the lower KL wins
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 from autocompress.compress import dist
+from autocompress.compress.palette import palette_candidates
 from autocompress.compress.refine import Scored, greedy
 
 
@@ -96,8 +98,14 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
                                    ckpt_dir)
     seeds = {"router v2": decode}
     t_ref, evals = time.perf_counter(), 0
+    # where the profile prices distinct GEMM shapes (vllm-cpu), the decode's many FFN widths cost
+    # memory the tables do not charge; its palettes, refit within them, are candidates beside it
+    # (cpu-vllm, 2026-12-06: the decode alone was repaired by 25 moves, KL 0.452 -> 0.783)
+    evals += palette_candidates(tables, decode[0], decode, search_kl, refine_cfg, log, dist.map_shared, progress,
+                                seeds, source="router v2")
     if settings.strategy == "router-refine":
-        s, evals = greedy(tables, decode[0], search_kl, refine_cfg, log, dist.map_shared, progress, start=decode)
+        s, n = greedy(tables, decode[0], search_kl, refine_cfg, log, dist.map_shared, progress, start=decode)
+        evals += n
         if s is not None:
             seeds["greedy from router v2"] = s
     cands = [Scored(name, s, select_kl(s)) for name, s in seeds.items()]

@@ -110,10 +110,11 @@ def palette_start(t: CostTables, s: State, k: int) -> tuple[Palette, State] | No
     return p, (s[0], s[1], tuple(snapped))
 
 
-def palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cands) -> int:
-    """Where the profile prices distinct GEMM shapes, the greedy result's palettes of
-    ``cfg.palette_sizes`` widths, each refit by the greedy within it: candidates beside it (the
-    measured choice trades heterogeneity against its memory). Returns the forwards spent."""
+def palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cands, source: str = "") -> int:
+    """Where the profile prices distinct GEMM shapes, the palettes of ``cfg.palette_sizes`` widths
+    of ``s`` (a greedy result, or router v2's decode: ``source`` names it, and its candidates),
+    each refit by the greedy within it: candidates beside it (the measured choice trades
+    heterogeneity against its memory). Returns the forwards spent."""
     from autocompress.compress.refine import greedy  # refine calls this module: import at use
 
     t, evals, seen = tables[h], 0, set()
@@ -125,8 +126,8 @@ def palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cand
             continue
         p, start = got
         seen.add(p.widths)
-        name = f"palette {len(p.widths)} (hidden {t.d})"
-        log(f"[refine] {name}: {p.label()}, {p.prepaid} GEMM shapes prepaid (the greedy result has "
+        name = f"{source + ' ' if source else ''}palette {len(p.widths)} (hidden {t.d})"
+        log(f"[refine] {name}: {p.label()}, {p.prepaid} GEMM shapes prepaid ({source or 'the greedy result'} has "
             f"{t.shape_count(s[1], s[2])})")
         found, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress, start=start, palette=p, name=name)
         evals += n

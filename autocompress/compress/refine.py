@@ -251,14 +251,19 @@ def _greedy(tables, h, measure, cfg, log, bar, map_fn: MapFn = serial, start=Non
 def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure,
            select_kl: Callable[[State], float], cfg: RefineConfig = RefineConfig(),
            log: Callable[[str], None] = lambda m: None, map_fn: MapFn = serial,
-           progress: Progress | None = None) -> RefineResult:
+           progress: Progress | None = None, palette_seeds: tuple[str, ...] = ()) -> RefineResult:
     """Greedy runs at the seeds' hidden sizes, then the measured choice among seeds and greedy
     results. ``search_kl`` and ``select_kl`` measure on disjoint rows, so the greedy results are
-    not favoured by having been tuned on the rows that judge them."""
+    not favoured by having been tuned on the rows that judge them. ``palette_seeds``: seeds whose
+    palettes join too, as the greedy results' do (router v2's decode: many widths, which the exact
+    model charges where the profile prices distinct GEMM shapes)."""
     from autocompress.compress.palette import palette_candidates
 
     cands = dict(seeds)
     evals = 0
+    for name in palette_seeds:
+        s = seeds[name]
+        evals += palette_candidates(tables, s[0], s, search_kl, cfg, log, map_fn, progress, cands, source=name)
     for h in sorted({s[0] for s in seeds.values()}):
         s, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress)
         evals += n

@@ -184,7 +184,8 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
     t_ref = time.perf_counter()
     # the measured forwards are independent: under a launcher they are split over the ranks
-    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress)
+    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress,
+                 palette_seeds=tuple(n for n in ("router v2",) if n in seeds))
     t_ref = time.perf_counter() - t_ref
     arch, how, ranked = final_choice(ref.candidates, net, spec, derived, relaxes, feas, log, select_kl)
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included

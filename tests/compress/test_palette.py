@@ -165,3 +165,19 @@ def test_palettes_keep_the_results_kv_counts_and_never_remove_what_must_stay():
 def test_no_palettes_without_a_shape_price():
     res = refine(tables(shape_memory=0.0), {"parent": (0, A0, (8,) * L)}, of_states(kl), kl)
     assert not any(c.name.startswith("palette") for c in res.candidates)
+
+
+def test_router_v2s_decode_gets_palettes_too():
+    """The default seeds the greedy with router v2's decode: many widths, which the exact model
+    charges; its palettes, refit within them, join the candidates beside the greedy's."""
+    t = tables()
+    decode = (0, A0, (1, 2, 7, 8, 8, 0, 3, 8))
+    res = refine(t, {"router v2": decode}, of_states(kl), kl, RefineConfig(palette_sizes=(1, 2)),
+                 palette_seeds=("router v2",))
+    pal = {c.name: c.state for c in res.candidates if c.name.startswith("router v2 palette")}
+    assert {"router v2 palette 1 (hidden 256)", "router v2 palette 2 (hidden 256)"} <= set(pal)
+    for name, s in pal.items():
+        assert len(widths_of(s)) <= int(name.split()[3])
+        assert exact_memory(t[0], s) <= 1 + 1e-9
+    plain = refine(t, {"router v2": decode}, of_states(kl), kl, RefineConfig(palette_sizes=(1, 2)))
+    assert not any(c.name.startswith("router v2 palette") for c in plain.candidates)
