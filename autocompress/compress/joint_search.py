@@ -32,7 +32,7 @@ def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, selec
     """(decode, the report's ``search`` record): router v2 trained from the better-measured of the
     greedy's seed points as its prior. Shared by ``router``, ``router-refine`` and ``autocompress``."""
     from autocompress.compress.router_v2 import train_router_v2
-    from autocompress.compress.search import search_configs
+    from autocompress.compress.search import search_configs, uniform_seed
     from autocompress.compress.teacher import topk_kl
 
     log = progress.log
@@ -48,11 +48,8 @@ def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, selec
     # the prior: the better-measured of the points the greedy strategy seeds from (the cvxpy point
     # and the uniform grid's), so both strategies start from the same information
     points = {"cvxpy point": start}
-    if feas.uniform is not None:
-        try:
-            points["uniform grid point"] = net.indices_of(feas.uniform.evaluation.arch)
-        except ValueError:  # other global sizes than this supernet's
-            log("[search] the uniform grid's best point has other global sizes: not a prior")
+    if (u := uniform_seed(net, feas, log)) is not None:
+        points["uniform grid point"] = u
     point_kl = {name: select_kl(p) for name, p in points.items()}
     prior_name = min(point_kl, key=point_kl.get)
     prior = points[prior_name]
@@ -116,9 +113,8 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
         log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
     arch, how, ranked = final_choice(cands, net, spec, derived, relaxes, feas, log, select_kl)
     final = net.indices_of(arch)
-    final_kl = next((c.kl for c in cands if c.state == final), None)
-    if final_kl is None:  # repaired by the exact cost model: what is built is measured too
-        final_kl = select_kl(final)
+    final_kl = select_kl(final)  # a candidate's, measured above; repaired by the exact model: measured now
+    if all(c.state != final for c in cands):
         evals += 1
         log(f"[refine] the architecture after the exact model's repair: KL {final_kl:.3f}")
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))

@@ -199,8 +199,7 @@ def budget_decode(router, tables: list[CostTables]) -> tuple[tuple, int, int]:
         _, la, lf = router.logits()
         lp = {"a": F.log_softmax(la, -1).numpy(), "f": F.log_softmax(lf, -1).numpy()}
     s = router.decode()
-    e = costs(tables, s)
-    excess, moves, fills, cap = violation(e), 0, 0, 4 * len(s[1])
+    excess, moves, fills, cap = violation(costs(tables, s)), 0, 0, 4 * len(s[1])
     while excess > 0 and moves < cap:
         best = None
         for kind, l, c, j, t in _changes(s, lp, larger=False):

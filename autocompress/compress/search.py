@@ -96,11 +96,27 @@ def _measures(net, teacher, train_rows, settings):
             return float(topk_kl(logits, target))
 
     sel_ids, sel_target = rows_of(range(n - 5 * b, n - b))
+    judged: dict = {}  # a state's KL on the selection rows, measured once: the prior, the seeds and
+    # the final check ask for the same points
 
     def select_kl(state) -> float:
-        with torch.no_grad():
-            return float(topk_kl(net.forward(sel_ids, net.one_hot(state)), sel_target))
+        if state not in judged:
+            with torch.no_grad():
+                judged[state] = float(topk_kl(net.forward(sel_ids, net.one_hot(state)), sel_target))
+        return judged[state]
     return search_kl, select_kl
+
+
+def uniform_seed(net, feas, log):
+    """The uniform grid's best point as a state of this supernet, or None (none passed, or it has
+    other global sizes than this supernet's)."""
+    if feas.uniform is None:
+        return None
+    try:
+        return net.indices_of(feas.uniform.evaluation.arch)
+    except ValueError:
+        log("[search] the uniform grid's best point has other global sizes than this supernet's: not a seed")
+        return None
 
 
 def choose_architecture(spec, parent_arch, derived, importance_path, permuted, cfg, teacher, train_rows, settings,
@@ -166,35 +182,29 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
 
         decode, record = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
                                        ckpt_dir)
-        seeds = {"router v2": decode, "cvxpy start": start}
+        seeds, palette_seeds = {"router v2": decode, "cvxpy start": start}, ("router v2",)
     else:
         with progress.task("search", total=router_cfg.steps, unit="step") as bar:
             def show(rec):
                 worst = max(rec["expected"].items(), key=lambda kv: kv[1])
                 bar.advance(KD=f"{rec['quality']:.4f}", tau=f"{rec['tau']:.2f}", worst=f"{worst[0]} {worst[1]:.3f}")
             res = train_router(tables, quality, router_cfg, start, show)
-        seeds = {"router": (res.hidden_index, res.attn_choice, res.ffn_choice), "cvxpy start": start}
+        seeds, palette_seeds = {"router": (res.hidden_index, res.attn_choice, res.ffn_choice), "cvxpy start": start}, ()
         record = {"steps": len(res.history), "seconds": round(res.seconds, 1),
                   "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
-    if feas.uniform is not None:
-        try:
-            seeds["uniform grid"] = net.indices_of(feas.uniform.evaluation.arch)
-        except ValueError:  # the best uniform point has other global sizes than this supernet's
-            log("[refine] the uniform grid's best point has other global sizes: not a seed")
+    if (u := uniform_seed(net, feas, log)) is not None:
+        seeds["uniform grid"] = u
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
     t_ref = time.perf_counter()
     # the measured forwards are independent: under a launcher they are split over the ranks
-    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress,
-                 palette_seeds=tuple(n for n in ("router v2",) if n in seeds))
+    ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress, palette_seeds)
     t_ref = time.perf_counter() - t_ref
     arch, how, ranked = final_choice(ref.candidates, net, spec, derived, relaxes, feas, log, select_kl)
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
     out["how"] = how
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
-    if record.get("router") == "v2":  # what is built, measured (the candidates' KLs; repaired: re-measured)
-        final = net.indices_of(arch)
-        kl = next((c.kl for c in ref.candidates if c.state == final), None)
-        record["final_kl"] = round(kl if kl is not None else select_kl(final), 4)
+    if record.get("router") == "v2":  # what is built, measured (a candidate's KL; repaired: re-measured)
+        record["final_kl"] = round(select_kl(net.indices_of(arch)), 4)
     out["search"] = record
     out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq,
                      "candidates": [candidate_json(c, net, spec.target.tensor_parallel) for c in ref.candidates]}
