@@ -130,6 +130,92 @@ def paired_rows(rows: list[dict], work: Path) -> None:
                 r[key] = {"diff": diff["diff"], "stderr": diff["stderr"]}
 
 
+def pooled(rows: list[dict], work: Path) -> list[dict]:
+    """Per contract (and over all contracts) and arm, its rows pooled over seeds: the mean
+    eight-benchmark score, the paired differences to arms b and d pooled document by document
+    (``accuracy.paired.pooled_difference``: the seeds and contracts score the same documents, so
+    their SEs are not independent), and the mean held-out KL to the parent after distillation
+    ((code + prose) / 2, what the distillation minimises). Only (contract, seed) pairs where both
+    arms have their documents in ``work`` enter a difference."""
+    from autocompress.accuracy.paired import per_doc_path, pooled_difference, read_rows
+
+    def docs(r):
+        p = per_doc_path(r["accuracy"], work / "stages") if r.get("accuracy") else None
+        return read_rows(p) if p else None
+
+    cache: dict[int, list | None] = {}
+    def docs_of(r):
+        if id(r) not in cache:
+            cache[id(r)] = docs(r)
+        return cache[id(r)]
+
+    out = []
+    order = {c: i for i, c in enumerate(CONTRACTS)}
+    contracts = sorted(dict.fromkeys(r["contract"] for r in rows), key=lambda c: (order.get(c, len(order)), c))
+    for contract in contracts + ["all"]:
+        mine = [r for r in rows if contract in ("all", r["contract"])]
+        for arm in sorted({r["arm"] for r in mine}):
+            own = [r for r in mine if r["arm"] == arm]
+            entry = {"contract": contract, "arm": arm, "strategy": own[0]["strategy"],
+                     "runs": len(own), "seeds": sorted({r["seed"] for r in own})}
+            acc = [r["accuracy_mean"] for r in own if r.get("accuracy_mean") is not None]
+            entry["accuracy_mean"] = sum(acc) / len(acc) if acc else None
+            kls = [(r["kl"]["code"] + r["kl"]["prose"]) / 2 for r in own if {"code", "prose"} <= set(r.get("kl") or {})]
+            entry["heldout_kl"] = sum(kls) / len(kls) if kls else None
+            for ref, key in (("b", "minus_greedy"), ("d", "minus_uniform")):
+                if arm == ref:
+                    continue
+                pairs = []
+                for r in own:
+                    o = next((x for x in mine if x["arm"] == ref and (x["contract"], x["seed"]) == (r["contract"], r["seed"])),
+                             None)
+                    a, b = docs_of(r), (docs_of(o) if o else None)
+                    if a and b:
+                        pairs.append((a, b))
+                if pairs:
+                    d = pooled_difference(pairs)
+                    entry[key] = {"diff": d["diff"], "stderr": d["stderr"], "pairs": len(pairs)}
+            out.append(entry)
+    return out
+
+
+def render_pooled(entries: list[dict]) -> list[str]:
+    """The pooled table, and per contract the arm ahead on each measure."""
+    if not entries or max(e["runs"] for e in entries) < 2:
+        return []
+
+    def p(m):
+        return f"{100 * m['diff']:+.1f} ± {100 * m['stderr']:.1f} ({m['pairs']})" if m else "-"
+
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+    out = ["", "Pooled over seeds (and, in the `all` rows, over contracts): the paired differences are pooled "
+           "document by document (the runs score the same documents; `accuracy.paired.pooled_difference`), with "
+           "the number of (contract, seed) pairs in brackets; held-out KL is the mean over runs of (code + prose) / 2 "
+           "after distillation.", "",
+           "| contract | arm | strategy | runs | 8-bench mean | minus (b), pooled | minus (d), pooled | held-out KL |",
+           "|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        out.append(f"| {e['contract']} | {e['arm']} | {e['strategy']} | {e['runs']} | {f(e['accuracy_mean'], '.3f')} | "
+                   f"{p(e.get('minus_greedy'))} | {p(e.get('minus_uniform'))} | {f(e['heldout_kl'], '.3f')} |")
+    out += ["", "Ahead on each measure (pooled): the arm with the highest 8-bench mean and the arm with the least "
+            "held-out KL; `by` is the gap to the next arm, in points (8-bench) or relative (KL).", ""]
+    for contract in dict.fromkeys(e["contract"] for e in entries):
+        mine = [e for e in entries if e["contract"] == contract]
+        acc = sorted((e for e in mine if e["accuracy_mean"] is not None), key=lambda e: -e["accuracy_mean"])
+        kl = sorted((e for e in mine if e["heldout_kl"] is not None), key=lambda e: e["heldout_kl"])
+        parts = []
+        if len(acc) > 1:
+            parts.append(f"8-bench: {', '.join(sorted({e['arm'] for e in acc if e['accuracy_mean'] == acc[0]['accuracy_mean']}))} "
+                         f"(by {100 * (acc[0]['accuracy_mean'] - next((e['accuracy_mean'] for e in acc if e['accuracy_mean'] < acc[0]['accuracy_mean']), acc[0]['accuracy_mean'])):.1f})")
+        if len(kl) > 1:
+            nxt = next((e["heldout_kl"] for e in kl if e["heldout_kl"] > kl[0]["heldout_kl"]), kl[0]["heldout_kl"])
+            parts.append(f"held-out KL: {', '.join(sorted({e['arm'] for e in kl if e['heldout_kl'] == kl[0]['heldout_kl']}))} "
+                         f"(by {100 * (nxt / kl[0]['heldout_kl'] - 1):.1f}%)")
+        out.append(f"- {contract}: " + "; ".join(parts))
+    return out
+
+
 def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None, work: Path, examples: Path,
         progress=None, search_only: bool = False, search_steps: int | None = None) -> list[dict]:
     """Build every (contract, seed, arm); returns the rows of ``work``/rows.json with these added
@@ -231,6 +317,7 @@ def render(rows: list[dict], meta: dict) -> str:
     out += ["", "How each arm chose (the build report's `how`):", ""]
     out += [f"- {r['contract']} s{r['seed']} ({r['arm']}): {r['how']}" + (
         f" (the search alone: {r['how_search']})" if r.get("how_search") else "") for r in rows]
+    out += render_pooled(meta.get("pooled") or [])
     out += router_versus(rows)
     moved = [r for r in rows if (r.get("router") or {}).get("router") == "v2"]
     if moved:
@@ -283,6 +370,7 @@ def main(argv=None) -> int:
     meta = {"search_only": args.search_only, "steps": of_rows("steps", args.steps), "seq": of_rows("seq", args.seq),
             "seeds": sorted({r["seed"] for r in rows}) or args.seeds, "search_tokens": args.search_tokens,
             "command": "`python bench/search_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:]) + "`"}
+    meta["pooled"] = pooled(rows, args.work)
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "search_ablation.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (args.results / "search_ablation.md").write_text(render(rows, meta))

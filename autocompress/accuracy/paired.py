@@ -52,3 +52,33 @@ def paired_difference(a: list[dict], b: list[dict]) -> dict:
                        "a": statistics.fmean(x for x, _ in pairs), "b": statistics.fmean(y for _, y in pairs)}
     se = sum(t["stderr"] ** 2 for t in tasks.values()) ** 0.5 / len(tasks)
     return {"diff": statistics.fmean(t["diff"] for t in tasks.values()), "stderr": se, "tasks": tasks}
+
+
+def pooled_difference(pairs: list[tuple[list[dict], list[dict]]]) -> dict:
+    """``a`` minus ``b`` pooled over repeats (seeds) of the same comparison: ``pairs`` holds each
+    repeat's (a rows, b rows). Per task and document, the repeats' differences are averaged first,
+    then the mean and SE are taken over documents, as ``paired_difference``. Why: the seeds score
+    the same subsample, so the document draw is shared between them and the per-seed SEs are not
+    independent (sqrt(se1² + se2²) / 2 would claim an error that halves with every seed; the
+    document-level spread stays). {diff, stderr, repeats, tasks}."""
+    if not pairs:
+        raise ValueError("no pair to pool")
+    metric = {name: t.metric for name, t in TASKS.items()}
+    per_doc: dict[tuple, list[float]] = {}
+    for a, b in pairs:
+        by_b = {(r["task"], r["doc"]): r for r in b}
+        for r in a:
+            k = (r["task"], r["doc"])
+            if k in by_b:
+                m = metric[r["task"]]
+                per_doc.setdefault(k, []).append(r[m] - by_b[k][m])
+    tasks: dict[str, dict] = {}
+    for task in dict.fromkeys(t for t, _ in per_doc):
+        d = [statistics.fmean(v) for (t, _), v in per_doc.items() if t == task]
+        se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0.0
+        tasks[task] = {"diff": statistics.fmean(d), "stderr": se, "n": len(d)}
+    if not tasks:
+        raise ValueError("no document scored for both models")
+    se = sum(t["stderr"] ** 2 for t in tasks.values()) ** 0.5 / len(tasks)
+    return {"diff": statistics.fmean(t["diff"] for t in tasks.values()), "stderr": se, "repeats": len(pairs),
+            "tasks": tasks}

@@ -42,3 +42,23 @@ def test_the_documents_are_found_by_the_stage_result_they_belong_to(tmp_path):
     (tmp_path / "accuracy-aaa" / "DONE").write_text("{}")
     assert per_doc_path({"summary": {"mean": 0.5}}, tmp_path) == tmp_path / "accuracy-bbb" / "per_doc.jsonl"
     assert per_doc_path({"summary": {"mean": 0.3}}, tmp_path) is None
+
+
+def test_repeats_are_pooled_document_by_document_before_the_error_is_taken():
+    from autocompress.accuracy.paired import pooled_difference
+
+    a1, b1 = _rows("arc_easy", [1, 1, 0, 0]), _rows("arc_easy", [0, 1, 0, 1])  # diffs 1, 0, 0, -1
+    a2, b2 = _rows("arc_easy", [1, 0, 1, 0]), _rows("arc_easy", [0, 0, 0, 0])  # diffs 1, 0, 1, 0
+    p = pooled_difference([(a1, b1), (a2, b2)])
+    per_doc = [1.0, 0.0, 0.5, -0.5]  # each document's mean over the two seeds
+    assert p["diff"] == pytest.approx(statistics.fmean(per_doc)) and p["repeats"] == 2
+    assert p["stderr"] == pytest.approx(statistics.stdev(per_doc) / 2)
+    # one repeat is the plain paired difference
+    one = pooled_difference([(a1, b1)])
+    assert (one["diff"], one["stderr"]) == pytest.approx((paired_difference(a1, b1)["diff"],
+                                                          paired_difference(a1, b1)["stderr"]))
+    # the same comparison twice is no more certain than once: the documents are shared
+    twice = pooled_difference([(a1, b1), (a1, b1)])
+    assert twice["stderr"] == pytest.approx(one["stderr"])
+    with pytest.raises(ValueError):
+        pooled_difference([])

@@ -121,3 +121,39 @@ def test_rank_correlation_plumbing_on_a_tiny_parent(tmp_path, project):
     assert rank.main(args) == 0
     again = json.loads((results / "kl_rank_correlation-spec.json").read_text())["rows"]
     assert [r["after"] for r in again] == [r["after"] for r in rows]
+
+
+def test_seeds_and_contracts_pool_document_by_document(tmp_path):
+    """The pooled table: each arm against b and d over every (contract, seed) where both have their
+    documents, the mean held-out KL, and the arm ahead on each measure."""
+    bench = _bench()
+    stages = tmp_path / "stages"
+    rows = []
+    scores = {"a": [1, 1, 0, 1], "b": [1, 0, 0, 1], "d": [0, 0, 0, 1]}
+    for contract in ("code-5070", "cpu-vllm"):
+        for seed in (0, 1):
+            for arm, sc in scores.items():
+                acc = {"summary": {"mean": sum(sc) / 4}, "who": [contract, seed, arm]}
+                folder = stages / f"accuracy-{contract}{seed}{arm}"
+                folder.mkdir(parents=True)
+                (folder / "accuracy.json").write_text(json.dumps(acc))
+                (folder / "per_doc.jsonl").write_text("".join(
+                    json.dumps({"task": "arc_easy", "doc": i, "acc": float(x), "acc_norm": 0.0}) + "\n"
+                    for i, x in enumerate(sc)))
+                (folder / "DONE").write_text("{}")
+                kl = {"a": 0.5, "b": 0.4, "d": 0.6}[arm]
+                rows.append({"contract": contract, "seed": seed, "arm": arm, "strategy": arm, "accuracy": acc,
+                             "accuracy_mean": sum(sc) / 4, "kl": {"code": kl, "prose": kl}})
+    rows.append({"contract": "cpu-vllm", "seed": 2, "arm": "a", "strategy": "a", "accuracy": None,
+                 "accuracy_mean": None, "kl": {}})  # a run without its documents enters no difference
+    entries = bench.pooled(rows, tmp_path)
+    by = {(e["contract"], e["arm"]): e for e in entries}
+    assert [e["contract"] for e in entries][:3] == ["code-5070"] * 3 and entries[-1]["contract"] == "all"
+    assert by[("all", "a")]["minus_greedy"]["diff"] == pytest.approx(0.25)
+    assert by[("all", "a")]["minus_greedy"]["pairs"] == 4 and by[("all", "a")]["runs"] == 5
+    assert by[("code-5070", "a")]["minus_uniform"]["diff"] == pytest.approx(0.5)
+    assert "minus_greedy" not in by[("all", "b")] and "minus_uniform" not in by[("all", "d")]
+    assert by[("all", "b")]["heldout_kl"] == pytest.approx(0.4)
+    md = "\n".join(bench.render_pooled(entries))
+    assert "| all | a | a | 5 | 0.750 | +25.0 ± 25.0 (4) | +50.0 ± 28.9 (4) | 0.500 |" in md
+    assert "- all: 8-bench: a (by 25.0); held-out KL: b (by 25.0%)" in md
