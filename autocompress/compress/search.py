@@ -192,7 +192,8 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
         seeds, palette_seeds = {"router": (res.hidden_index, res.attn_choice, res.ffn_choice), "cvxpy start": start}, ()
         record = {"steps": len(res.history), "seconds": round(res.seconds, 1),
                   "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
-    if (u := uniform_seed(net, feas, log)) is not None:
+    # under autocompress router v2's prior has looked for this point already and said why it is none
+    if (u := uniform_seed(net, feas, log if settings.strategy != "autocompress" else (lambda m: None))) is not None:
         seeds["uniform grid"] = u
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
     t_ref = time.perf_counter()

@@ -138,7 +138,8 @@ def test_seeds_and_contracts_pool_document_by_document(tmp_path):
                 folder.mkdir(parents=True)
                 (folder / "accuracy.json").write_text(json.dumps(acc))
                 (folder / "per_doc.jsonl").write_text("".join(
-                    json.dumps({"task": "arc_easy", "doc": i, "acc": float(x), "acc_norm": 0.0}) + "\n"
+                    json.dumps({"task": "arc_easy", "doc": i, "acc": float(x), "acc_norm": 0.0, "lls": [0.0] * 4})
+                    + "\n"
                     for i, x in enumerate(sc)))
                 (folder / "DONE").write_text("{}")
                 kl = {"a": 0.5, "b": 0.4, "d": 0.6}[arm]
@@ -157,3 +158,11 @@ def test_seeds_and_contracts_pool_document_by_document(tmp_path):
     md = "\n".join(bench.render_pooled(entries))
     assert "| all | a | a | 5 | 0.750 | +25.0 ± 25.0 (4) | +50.0 ± 28.9 (4) | 0.500 |" in md
     assert "- all: 8-bench: a (by 25.0); held-out KL: b (by 25.0%)" in md
+    assert by[("all", "a")]["chance"] == pytest.approx(0.25) and "scores 25.0 on these documents" in md
+
+
+def test_chance_is_the_mean_over_tasks_of_one_over_the_choices():
+    bench = _bench()
+    docs = ([{"task": "arc_easy", "lls": [0.0] * 4}] * 3 + [{"task": "piqa", "lls": [0.0, 0.0]}]
+            + [{"task": "mmlu", "lls": [0.0] * 4}, {"task": "mmlu", "lls": [0.0] * 2}])
+    assert bench.chance(docs) == pytest.approx((0.25 + 0.5 + 0.375) / 3)
