@@ -166,3 +166,27 @@ def test_chance_is_the_mean_over_tasks_of_one_over_the_choices():
     docs = ([{"task": "arc_easy", "lls": [0.0] * 4}] * 3 + [{"task": "piqa", "lls": [0.0, 0.0]}]
             + [{"task": "mmlu", "lls": [0.0] * 4}, {"task": "mmlu", "lls": [0.0] * 2}])
     assert bench.chance(docs) == pytest.approx((0.25 + 0.5 + 0.375) / 3)
+
+
+def test_shortlist_horizon_reruns_the_shortlist_at_longer_horizons(tmp_path, project):
+    """bench/shortlist_horizon.py: the built arm's finalists of least KL after its short distillation,
+    distilled again for each horizon with the shortlist's own function; the build's row is its first column."""
+    bench, horizon = _bench(), _bench("shortlist_horizon")
+    work, results = tmp_path / "work", tmp_path / "results"
+    assert bench.main(["--contracts", "spec", "--steps", "8", "--seq", "32", "--search-tokens", "256", "--arms", "e",
+                       "--examples", str(project), "--work", str(work), "--results", str(results)]) == 0
+    row = json.loads((results / "search_ablation.json").read_text())["rows"][0]
+    short = row["shortlist"]
+    if not short or len(short["finalists"]) < 2:
+        pytest.skip("the tiny parent's search listed one finalist")
+    assert horizon.main(["--arm", "spec-s0-e", "--horizons", "4", "--top", "2", "--work", str(work),
+                         "--results", str(results)]) == 0
+    data = json.loads((results / "shortlist_horizon.json").read_text())
+    r = data["rows"][0]
+    build = str(short["steps"])
+    best2 = sorted(short["finalists"], key=lambda f: f["kl_after"])[:2]
+    assert r["finalists"] == [f["name"] for f in best2]
+    assert r["kl_after"][build] == [f["kl_after"] for f in best2]  # the build's own result, read
+    assert len(r["kl_after"]["4"]) == 2 and all(k > 0 for k in r["kl_after"]["4"])
+    assert r["chosen_at"][build] == best2[0]["name"]
+    assert f"| spec-s0-e | {best2[0]['name']} |" in (results / "shortlist_horizon.md").read_text()
