@@ -112,45 +112,43 @@ def _merge(rows: list[dict], row: dict) -> list[dict]:
     return [r for r in rows if (r["contract"], r["seed"], r["arm"]) != key] + [row]
 
 
-def paired_rows(rows: list[dict], work: Path) -> None:
+def run_docs(rows: list[dict], work: Path) -> dict[tuple, list | None]:
+    """(contract, seed, arm) -> the run's benchmark ``per_doc`` rows (None where its accuracy stage
+    is not in ``work``): read once, for the per-run and the pooled differences."""
+    from autocompress.accuracy.paired import per_doc_path, read_rows
+
+    out = {}
+    for r in rows:
+        path = per_doc_path(r["accuracy"], work / "stages") if r.get("accuracy") else None
+        out[(r["contract"], r["seed"], r["arm"])] = read_rows(path) if path else None
+    return out
+
+
+def paired_rows(rows: list[dict], docs: dict[tuple, list | None]) -> None:
     """Each arm's eight-benchmark mean minus arm d's (the fair uniform arm) and minus arm b's
     (today's greedy, what the default must at least match) of its contract and seed, on the same
-    documents (``accuracy.paired``), where both accuracy stages are in ``work``."""
-    from autocompress.accuracy.paired import paired_difference, per_doc_path, read_rows
+    documents (``accuracy.paired``), where both runs have their documents (``run_docs``)."""
+    from autocompress.accuracy.paired import paired_difference
 
     for r in rows:
         for ref, key in (("d", "minus_uniform"), ("b", "minus_greedy")):
-            o = next((x for x in rows if x["arm"] == ref and (x["contract"], x["seed"]) == (r["contract"], r["seed"])),
-                     None)
-            if r["arm"] == ref or not o or not (r.get("accuracy") and o.get("accuracy")):
-                continue
-            a, b = (per_doc_path(x["accuracy"], work / "stages") for x in (r, o))
-            if a and b:
-                diff = paired_difference(read_rows(a), read_rows(b))
+            a, b = docs.get((r["contract"], r["seed"], r["arm"])), docs.get((r["contract"], r["seed"], ref))
+            if r["arm"] != ref and a and b:
+                diff = paired_difference(a, b)
                 r[key] = {"diff": diff["diff"], "stderr": diff["stderr"]}
 
 
-def pooled(rows: list[dict], work: Path) -> list[dict]:
+def pooled(rows: list[dict], docs: dict[tuple, list | None]) -> list[dict]:
     """Per contract (and over all contracts) and arm, its rows pooled over seeds: the mean
     eight-benchmark score, the paired differences to arms b and d pooled document by document
     (``accuracy.paired.pooled_difference``: the seeds and contracts score the same documents, so
     their SEs are not independent), and the mean held-out KL to the parent after distillation
     ((code + prose) / 2, what the distillation minimises). Only (contract, seed) pairs where both
-    arms have their documents in ``work`` enter a difference."""
-    from autocompress.accuracy.paired import per_doc_path, pooled_difference, read_rows
-
-    def docs(r):
-        p = per_doc_path(r["accuracy"], work / "stages") if r.get("accuracy") else None
-        return read_rows(p) if p else None
-
-    cache: dict[int, list | None] = {}
-    def docs_of(r):
-        if id(r) not in cache:
-            cache[id(r)] = docs(r)
-        return cache[id(r)]
+    arms have their documents (``run_docs``) enter a difference."""
+    from autocompress.accuracy.paired import pooled_difference
 
     out = []
-    floor = next((chance(d) for r in rows if (d := docs_of(r))), None)
+    floor = next((chance(d) for d in docs.values() if d), None)
     order = {c: i for i, c in enumerate(CONTRACTS)}
     contracts = sorted(dict.fromkeys(r["contract"] for r in rows), key=lambda c: (order.get(c, len(order)), c))
     for contract in contracts + ["all"]:
@@ -164,15 +162,9 @@ def pooled(rows: list[dict], work: Path) -> list[dict]:
             kls = [(r["kl"]["code"] + r["kl"]["prose"]) / 2 for r in own if {"code", "prose"} <= set(r.get("kl") or {})]
             entry["heldout_kl"] = sum(kls) / len(kls) if kls else None
             for ref, key in (("b", "minus_greedy"), ("d", "minus_uniform")):
-                if arm == ref:
-                    continue
-                pairs = []
-                for r in own:
-                    o = next((x for x in mine if x["arm"] == ref and (x["contract"], x["seed"]) == (r["contract"], r["seed"])),
-                             None)
-                    a, b = docs_of(r), (docs_of(o) if o else None)
-                    if a and b:
-                        pairs.append((a, b))
+                pairs = [(a, b) for r in own if arm != ref
+                         and (a := docs.get((r["contract"], r["seed"], arm)))
+                         and (b := docs.get((r["contract"], r["seed"], ref)))]
                 if pairs:
                     d = pooled_difference(pairs)
                     entry[key] = {"diff": d["diff"], "stderr": d["stderr"], "pairs": len(pairs)}
@@ -216,16 +208,13 @@ def render_pooled(entries: list[dict]) -> list[str]:
             "held-out KL; `by` is the gap to the next arm, in points (8-bench) or relative (KL).", ""]
     for contract in dict.fromkeys(e["contract"] for e in entries):
         mine = [e for e in entries if e["contract"] == contract]
-        acc = sorted((e for e in mine if e["accuracy_mean"] is not None), key=lambda e: -e["accuracy_mean"])
-        kl = sorted((e for e in mine if e["heldout_kl"] is not None), key=lambda e: e["heldout_kl"])
         parts = []
-        if len(acc) > 1:
-            parts.append(f"8-bench: {', '.join(sorted({e['arm'] for e in acc if e['accuracy_mean'] == acc[0]['accuracy_mean']}))} "
-                         f"(by {100 * (acc[0]['accuracy_mean'] - next((e['accuracy_mean'] for e in acc if e['accuracy_mean'] < acc[0]['accuracy_mean']), acc[0]['accuracy_mean'])):.1f})")
-        if len(kl) > 1:
-            nxt = next((e["heldout_kl"] for e in kl if e["heldout_kl"] > kl[0]["heldout_kl"]), kl[0]["heldout_kl"])
-            parts.append(f"held-out KL: {', '.join(sorted({e['arm'] for e in kl if e['heldout_kl'] == kl[0]['heldout_kl']}))} "
-                         f"(by {100 * (nxt / kl[0]['heldout_kl'] - 1):.1f}%)")
+        for label, key, sign, gap in (("8-bench", "accuracy_mean", -1, lambda x, y: f"{100 * (x - y):.1f}"),
+                                      ("held-out KL", "heldout_kl", 1, lambda x, y: f"{100 * (y / x - 1):.1f}%")):
+            vals = sorted({e[key] for e in mine if e[key] is not None}, key=lambda v: sign * v)
+            if len({e["arm"] for e in mine if e[key] is not None}) > 1:
+                lead = ", ".join(sorted(e["arm"] for e in mine if e[key] == vals[0]))
+                parts.append(f"{label}: {lead} (by {gap(vals[0], vals[1] if len(vals) > 1 else vals[0])})")
         out.append(f"- {contract}: " + "; ".join(parts))
     return out
 
@@ -377,7 +366,8 @@ def main(argv=None) -> int:
         rows = run(args.contracts, args.seeds, arms, args.steps, args.seq, args.search_tokens, args.work,
                    args.examples, Progress(LineSink(lambda m: print(m, flush=True), every_s=30)), args.search_only,
                    args.search_steps)
-    paired_rows(rows, args.work)
+    docs = run_docs(rows, args.work)
+    paired_rows(rows, docs)
     def of_rows(key, given):  # the table's budget as its rows were built (--table-only passes none)
         found = sorted({r.get(key) for r in rows if r.get(key) is not None})
         return "/".join(map(str, found)) if found else given
@@ -385,7 +375,7 @@ def main(argv=None) -> int:
     meta = {"search_only": args.search_only, "steps": of_rows("steps", args.steps), "seq": of_rows("seq", args.seq),
             "seeds": sorted({r["seed"] for r in rows}) or args.seeds, "search_tokens": args.search_tokens,
             "command": "`python bench/search_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:]) + "`"}
-    meta["pooled"] = pooled(rows, args.work)
+    meta["pooled"] = pooled(rows, docs)
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "search_ablation.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (args.results / "search_ablation.md").write_text(render(rows, meta))

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(spec: Path, work: Path, horizons: list[int], top: int, progress) -> dict:
-    from autocompress.compress.pipeline import search, shortlist
+    from autocompress.compress.pipeline import student_maker, search, shortlist
     from autocompress.compress.prepare import prepare
     from autocompress.compress.shortlist import short_distill_choice
     from autocompress.ir import arch_from_dict
@@ -45,10 +45,6 @@ def run(spec: Path, work: Path, horizons: list[int], top: int, progress) -> dict
     picked = [{**finalists[j], "arch": arch_from_dict(finalists[j]["architecture"], p.parent.architecture)}
               for j in order]
 
-    def make_student(a):
-        state, extras = p.family.extract(p.permuted, p.cfg, a)
-        return p.family.student(a, state, extras)
-
     out = {"arm": spec.stem, "finalists": [f["name"] for f in picked],
            "kl_after": {str(base["steps"]): [base["finalists"][j]["kl_after"] for j in order]},
            "chosen_at": {str(base["steps"]): picked[0]["name"]}, "seconds": {}}
@@ -56,7 +52,7 @@ def run(spec: Path, work: Path, horizons: list[int], top: int, progress) -> dict
         t0 = time.perf_counter()
         partial = work / "horizon" / f"{spec.stem}-{h}"
         partial.mkdir(parents=True, exist_ok=True)  # per finalist results: a killed run resumes
-        res = short_distill_choice(picked, make_student, p.teacher, p.data.train, replace(strat, finalist_steps=h),
+        res = short_distill_choice(picked, student_maker(p), p.teacher, p.data.train, replace(strat, finalist_steps=h),
                                    partial, progress)
         out["kl_after"][str(h)] = [r["kl_after"] for r in res["finalists"]]
         out["chosen_at"][str(h)] = picked[res["chosen"]]["name"]

@@ -35,6 +35,18 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
 
 
+def _mean_se(d: list[float]) -> dict:
+    """The mean of per-document differences and its SE (sample SD / sqrt(n), lm-eval's ``mean_stderr``)."""
+    return {"diff": statistics.fmean(d), "stderr": statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0.0,
+            "n": len(d)}
+
+
+def _over_tasks(tasks: dict[str, dict]) -> dict:
+    """The eight-task difference: the mean of the task differences, its SE from the task SEs (independent tasks)."""
+    se = sum(t["stderr"] ** 2 for t in tasks.values()) ** 0.5 / len(tasks)
+    return {"diff": statistics.fmean(t["diff"] for t in tasks.values()), "stderr": se, "tasks": tasks}
+
+
 def paired_difference(a: list[dict], b: list[dict]) -> dict:
     """``a`` minus ``b`` (per_doc rows): per task {diff, stderr, n, a, b} on the documents both
     hold, and the mean over tasks with its SE. Raises ValueError when a task has no shared document."""
@@ -46,12 +58,9 @@ def paired_difference(a: list[dict], b: list[dict]) -> dict:
                  if r["task"] == task and (task, r["doc"]) in by_b]
         if not pairs:
             raise ValueError(f"{task}: no document scored for both models")
-        d = [x - y for x, y in pairs]
-        se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0.0
-        tasks[task] = {"diff": statistics.fmean(d), "stderr": se, "n": len(d),
-                       "a": statistics.fmean(x for x, _ in pairs), "b": statistics.fmean(y for _, y in pairs)}
-    se = sum(t["stderr"] ** 2 for t in tasks.values()) ** 0.5 / len(tasks)
-    return {"diff": statistics.fmean(t["diff"] for t in tasks.values()), "stderr": se, "tasks": tasks}
+        tasks[task] = {**_mean_se([x - y for x, y in pairs]), "a": statistics.fmean(x for x, _ in pairs),
+                       "b": statistics.fmean(y for _, y in pairs)}
+    return _over_tasks(tasks)
 
 
 def pooled_difference(pairs: list[tuple[list[dict], list[dict]]]) -> dict:
@@ -72,13 +81,8 @@ def pooled_difference(pairs: list[tuple[list[dict], list[dict]]]) -> dict:
             if k in by_b:
                 m = metric[r["task"]]
                 per_doc.setdefault(k, []).append(r[m] - by_b[k][m])
-    tasks: dict[str, dict] = {}
-    for task in dict.fromkeys(t for t, _ in per_doc):
-        d = [statistics.fmean(v) for (t, _), v in per_doc.items() if t == task]
-        se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0.0
-        tasks[task] = {"diff": statistics.fmean(d), "stderr": se, "n": len(d)}
+    tasks = {task: _mean_se([statistics.fmean(v) for (t, _), v in per_doc.items() if t == task])
+             for task in dict.fromkeys(t for t, _ in per_doc)}
     if not tasks:
         raise ValueError("no document scored for both models")
-    se = sum(t["stderr"] ** 2 for t in tasks.values()) ** 0.5 / len(tasks)
-    return {"diff": statistics.fmean(t["diff"] for t in tasks.values()), "stderr": se, "repeats": len(pairs),
-            "tasks": tasks}
+    return {**_over_tasks(tasks), "repeats": len(pairs)}

@@ -61,6 +61,15 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
     return chosen, arch_from_dict(chosen["architecture"], p.parent.architecture)
 
 
+def student_maker(p: Prepared):
+    """``arch -> a fresh student module``: the parent's permuted weights sliced to ``arch`` by the
+    family (what the shortlist distils; also ``bench/shortlist_horizon.py``)."""
+    def make(arch):
+        state, extras = p.family.extract(p.permuted, p.cfg, arch)
+        return p.family.student(arch, state, extras)
+    return make
+
+
 def shortlist(p: Prepared, strat: BuildSettings, chosen: dict, arch) -> tuple[dict, object]:
     """The final choice by a short distillation of the search's finalists (``compress.shortlist``),
     the same for every strategy: (how it was chosen, with the shortlist's table; the architecture).
@@ -74,12 +83,8 @@ def shortlist(p: Prepared, strat: BuildSettings, chosen: dict, arch) -> tuple[di
         return chosen, arch
     archs = [arch_from_dict(f["architecture"], p.parent.architecture) for f in finalists]
 
-    def make_student(a):
-        state, extras = p.family.extract(p.permuted, p.cfg, a)
-        return p.family.student(a, state, extras)
-
     def shortlist_stage(tmp: Path, partial: Path) -> dict:
-        res = short_distill_choice([{**f, "arch": a} for f, a in zip(finalists, archs)], make_student, p.teacher,
+        res = short_distill_choice([{**f, "arch": a} for f, a in zip(finalists, archs)], student_maker(p), p.teacher,
                                    p.data.train, strat, partial, p.progress)
         (tmp / "shortlist.json").write_text(json.dumps(res, indent=1))
         return {"chosen": res["chosen"]}

@@ -147,7 +147,7 @@ def test_seeds_and_contracts_pool_document_by_document(tmp_path):
                              "accuracy_mean": sum(sc) / 4, "kl": {"code": kl, "prose": kl}})
     rows.append({"contract": "cpu-vllm", "seed": 2, "arm": "a", "strategy": "a", "accuracy": None,
                  "accuracy_mean": None, "kl": {}})  # a run without its documents enters no difference
-    entries = bench.pooled(rows, tmp_path)
+    entries = bench.pooled(rows, bench.run_docs(rows, tmp_path))
     by = {(e["contract"], e["arm"]): e for e in entries}
     assert [e["contract"] for e in entries][:3] == ["code-5070"] * 3 and entries[-1]["contract"] == "all"
     assert by[("all", "a")]["minus_greedy"]["diff"] == pytest.approx(0.25)
