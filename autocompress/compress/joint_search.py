@@ -28,9 +28,11 @@ from autocompress.compress.refine import Scored, greedy
 
 
 def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
-                  ckpt_dir=None) -> tuple[tuple, dict]:
-    """(decode, the report's ``search`` record): router v2 trained from the better-measured of the
-    greedy's seed points as its prior. Shared by ``router``, ``router-refine`` and ``autocompress``."""
+                  ckpt_dir=None) -> tuple[tuple, dict, dict]:
+    """(decode, the report's ``search`` record, the seed points it measured by name): router v2
+    trained from the better-measured of the greedy's seed points as its prior. Shared by ``router``,
+    ``router-refine`` and ``autocompress`` (whose greedy seeds from the same points: returned so
+    it does not look for them again)."""
     from autocompress.compress.router_v2 import train_router_v2
     from autocompress.compress.search import search_configs, uniform_seed
     from autocompress.compress.teacher import topk_kl
@@ -78,7 +80,7 @@ def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, selec
               "prior_kl": round(point_kl["cvxpy point"], 4),
               "points_kl": {n: round(k, 4) for n, k in point_kl.items()},
               "forwards": len(points), "first": first, "last": last}
-    return decode, record
+    return decode, record, points
 
 
 def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start, teacher, train_rows, settings,
@@ -91,7 +93,7 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     _, refine_cfg, _ = search_configs(settings)
     b, T = settings.search_batch, settings.search_seq
     search_kl, select_kl = _measures(net, teacher, train_rows, settings)
-    decode, record = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
+    decode, record, _ = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
                                    ckpt_dir)
     seeds = {"router v2": decode}
     t_ref, evals = time.perf_counter(), 0

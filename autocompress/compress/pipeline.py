@@ -72,32 +72,50 @@ def student_maker(p: Prepared):
 
 def shortlist(p: Prepared, strat: BuildSettings, chosen: dict, arch) -> tuple[dict, object]:
     """The final choice by a short distillation of the search's finalists (``compress.shortlist``),
-    the same for every strategy: (how it was chosen, with the shortlist's table; the architecture).
-    Keyed like distillation, by what it reads (the finalists, the permuted weights, the teacher
-    outputs, the recipe), not by the search that listed them. One finalist: the search's choice."""
-    from autocompress.compress.shortlist import describe, short_distill_choice, validation_rows
+    then a runoff of a near-tie (``compress.runoff``), the same for every strategy: (how it was
+    chosen, with the shortlist's table; the architecture). Both stages are keyed like
+    distillation, by what they read (the finalists or the entrants, the permuted weights, the
+    teacher outputs, the recipe), not by the search that listed them, so two strategies' equal
+    entrants share one runoff. One finalist: the search's choice."""
+    from autocompress.compress import runoff
+    from autocompress.compress.shortlist import short_distill_choice, validation_rows
     from autocompress.ir import arch_from_dict
 
     finalists = chosen.get("finalists") or []
     if strat.finalists <= 1 or len(finalists) <= 1:
         return chosen, arch
     archs = [arch_from_dict(f["architecture"], p.parent.architecture) for f in finalists]
+    held = validation_rows(p.data.train.shape[0])
 
-    def shortlist_stage(tmp: Path, partial: Path) -> dict:
-        res = short_distill_choice([{**f, "arch": a} for f, a in zip(finalists, archs)], student_maker(p), p.teacher,
-                                   p.data.train, strat, partial, p.progress)
-        (tmp / "shortlist.json").write_text(json.dumps(res, indent=1))
-        return {"chosen": res["chosen"]}
+    def stage(name: str, picked: list[int], steps: int, key_modules: tuple):
+        def body(tmp: Path, partial: Path) -> dict:
+            res = short_distill_choice([{**finalists[i], "arch": archs[i]} for i in picked], student_maker(p),
+                                       p.teacher, p.data.train, replace(strat, finalist_steps=steps), partial,
+                                       p.progress)
+            (tmp / "shortlist.json").write_text(json.dumps(res, indent=1))
+            return {"chosen": res["chosen"]}
 
-    recipe = (strat.finalist_steps, strat.batch, strat.lr, strat.seed, validation_rows(p.data.train.shape[0]))
-    key = stage_key("shortlist", ("autocompress.compress.shortlist", *p.family.code["distill"]), p.importance.key,
-                    p.teacher_key, json.dumps(finalists, sort_keys=True), json.dumps(recipe))
-    tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
-    st = p.timed(f"shortlist{tag}", lambda: run_stage(p.work, f"shortlist-{strat.strategy}", key, shortlist_stage,
-                                                      p.progress.log))
-    res = json.loads((st.path / "shortlist.json").read_text())
+        key = stage_key(name, (*key_modules, *p.family.code["distill"]), p.importance.key, p.teacher_key,
+                        json.dumps([finalists[i] for i in picked], sort_keys=True),
+                        json.dumps((steps, strat.batch, strat.lr, strat.seed, held)))
+        # the first round's folder names its strategy (the build log's line); the runoff's does not,
+        # so equal entrants of two strategies (an A/B's arms) are distilled once
+        folder = f"shortlist-{strat.strategy}" if name == "shortlist" else name
+        tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
+        st = p.timed(f"{name}{tag}", lambda: run_stage(p.work, folder, key, body, p.progress.log))
+        return json.loads((st.path / "shortlist.json").read_text())
+
+    res = stage("shortlist", list(range(len(finalists))), strat.finalist_steps, ("autocompress.compress.shortlist",))
+    picked = runoff.entrants(res, strat.runoff_margin)
+    if picked:
+        p.progress.log(f"[runoff] {finalists[picked[0]]['name']} and {finalists[picked[1]]['name']} are within "
+                       f"{strat.runoff_margin:.0%} after {strat.finalist_steps} steps: both distilled again for "
+                       f"{strat.runoff_steps}")
+        second = stage("runoff", picked, strat.runoff_steps,
+                       ("autocompress.compress.shortlist", "autocompress.compress.runoff"))
+        res = runoff.merge(res, second, picked, strat.runoff_margin)
     pick = finalists[res["chosen"]]
-    how = describe(res)
+    how = runoff.describe(res)
     p.progress.log(f"[shortlist] {how}")
     return {**chosen, "architecture": pick["architecture"], "how": how, "how_search": chosen.get("how"),
             "shortlist": res}, archs[res["chosen"]]

@@ -180,9 +180,12 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     if settings.strategy == "autocompress":
         from autocompress.compress.joint_search import run_router_v2
 
-        decode, record = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
-                                       ckpt_dir)
-        seeds, palette_seeds = {"router v2": decode, "cvxpy start": start}, ("router v2",)
+        decode, record, points = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl,
+                                               progress, ckpt_dir)
+        # the greedy seeds from the points router v2's prior was chosen among: the same information
+        seeds, palette_seeds = {"router v2": decode, "cvxpy start": points["cvxpy point"]}, ("router v2",)
+        if "uniform grid point" in points:
+            seeds["uniform grid"] = points["uniform grid point"]
     else:
         with progress.task("search", total=router_cfg.steps, unit="step") as bar:
             def show(rec):
@@ -192,9 +195,8 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
         seeds, palette_seeds = {"router": (res.hidden_index, res.attn_choice, res.ffn_choice), "cvxpy start": start}, ()
         record = {"steps": len(res.history), "seconds": round(res.seconds, 1),
                   "first": res.history[0] if res.history else None, "last": res.history[-1] if res.history else None}
-    # under autocompress router v2's prior has looked for this point already and said why it is none
-    if (u := uniform_seed(net, feas, log if settings.strategy != "autocompress" else (lambda m: None))) is not None:
-        seeds["uniform grid"] = u
+        if (u := uniform_seed(net, feas, log)) is not None:
+            seeds["uniform grid"] = u
     log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
     t_ref = time.perf_counter()
     # the measured forwards are independent: under a launcher they are split over the ranks
@@ -204,7 +206,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
     out["how"] = how
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
-    if record.get("router") == "v2":  # what is built, measured (a candidate's KL; repaired: re-measured)
+    if record.get("router") == "v2":  # the search's choice (before the shortlist), measured (repaired: re-measured)
         record["final_kl"] = round(select_kl(net.indices_of(arch)), 4)
     out["search"] = record
     out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq,

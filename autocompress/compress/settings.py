@@ -24,6 +24,8 @@ class BuildSettings:
     search_temperature: float
     finalists: int
     finalist_steps: int
+    runoff_margin: float
+    runoff_steps: int
     calib_rows: int
     ablation_rows: int
     teacher_rows: int
@@ -81,6 +83,14 @@ def derive_build(spec) -> BuildSettings:
     finalist_steps = pick("finalist steps", None, max(5, steps // finalists) if finalists > 1 else 0,
                           f"the {finalists} finalists together cost about one distillation ({steps} steps), at "
                           "least 5 steps each" if finalists > 1 else "one finalist: nothing to compare")
+    # a near-tie after the short distillations is distilled again, twice as long (compress/runoff.py):
+    # on code-5070 seed 1 a 0.2% lead after 15 steps was a 2.8% deficit after 30 and 5.6% after 60
+    runoff_margin = pick("runoff margin", None, 0.02 if finalists > 1 else 0.0,
+                         "finalists this close after the short distillation are re-distilled for the runoff; the "
+                         "two measured near-ties (0.2%, 1.0%) fall within it" if finalists > 1 else "no shortlist")
+    runoff_steps = pick("runoff steps", None, 2 * finalist_steps,
+                        "twice the shortlist's: the two entrants together cost one distillation at the defaults"
+                        if finalists > 1 else "no shortlist")
     calib = pick("calibration sequences", None, 32,
                  "activation statistics settle within a few dozen sequences at this size (Minitron uses 1024 on GPUs)")
     ablation = pick("removal-KL sequences", None, 8,
@@ -92,5 +102,5 @@ def derive_build(spec) -> BuildSettings:
                      "~6K tokens each of code and prose: perplexity within a few percent at this size")
     topk = pick("teacher top-k", None, 32, "covers >95% of SmolLM2's next-token mass on code; the tail is one bucket")
     return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_steps, search_batch, search_seq, search_tokens,
-                         temperature, finalists, finalist_steps, calib, ablation,
+                         temperature, finalists, finalist_steps, runoff_margin, runoff_steps, calib, ablation,
                          teacher, eval_rows, topk, tuple(rows))

@@ -73,19 +73,27 @@ def _write_cards(out: Path, report: dict, check_report: dict, parent, spec_path)
 
 
 def shortlist_markdown(sl: dict | None, how_search: str | None = None, whose: str = "") -> list[str]:
-    """The finalists' table (``compress.shortlist``): KL before and after a short distillation."""
+    """The finalists' table (``compress.shortlist``): KL before and after a short distillation, and
+    after the runoff's longer one for its two entrants (``compress.runoff``)."""
     if not sl:
         return []
+    ro = sl.get("runoff")
     out = ["", f"### Finalists{whose} (each distilled {sl['steps']} steps x {sl['batch']} x {sl['seq_len']} tokens; KL to "
                f"the parent on {sl['validation_tokens']:,} held-apart training tokens, {sl['seconds']} s)", ""]
     if how_search:
         out += [f"The search alone would have built: {how_search}.", ""]
-    out += ["| finalist | params | KL before distillation (search's rows) | KL held apart, before | after | |",
-            "|---|---|---|---|---|---|"]
+    if ro:
+        out += [f"Runoff: the two finalists within {ro['margin']:.0%} of each other after {sl['steps']} steps were "
+                f"distilled again for {ro['steps']} steps ({ro['seconds']} s); the least KL after it is built.", ""]
+    runoff_kl = dict(zip(ro["entrants"], ro["kl_after"])) if ro else {}
+    extra = (f" after {ro['steps']} (runoff) |", "---|") if ro else ("", "")
+    out += ["| finalist | params | KL before distillation (search's rows) | KL held apart, before | after |"
+            + extra[0] + " |", "|---|---|---|---|---|" + extra[1] + "---|"]
     for i, f in enumerate(sl["finalists"]):
         kl = "-" if f["kl_search"] is None else f"{f['kl_search']:.3f}"
-        out.append(f"| {f['name']} | {f['params'] / 1e6:,.1f}M | {kl} | {f['kl_before']:.3f} | {f['kl_after']:.3f} | "
-                   + ("**chosen**" if i == sl["chosen"] else "") + " |")
+        more = (f" {runoff_kl[i]:.3f} |" if i in runoff_kl else " - |") if ro else ""
+        out.append(f"| {f['name']} | {f['params'] / 1e6:,.1f}M | {kl} | {f['kl_before']:.3f} | {f['kl_after']:.3f} |"
+                   + more + (" **chosen**" if i == sl["chosen"] else " ") + " |")
     return out
 
 

@@ -63,3 +63,19 @@ def make_project(root: Path) -> Path:
 
 def weights_hash(folder: Path) -> str:
     return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+
+
+def shortlist_choice(sl: dict) -> int:
+    """The finalist a shortlist must build, recomputed from its table: the least KL after the short
+    distillation, unless a runner-up within the default 2% went to a runoff (``compress.runoff``),
+    whose least KL after the longer distillation wins. Asserts the runoff ran exactly when due."""
+    from autocompress.compress import runoff
+
+    rows = sl["finalists"]
+    first = min(range(len(rows)), key=lambda j: (rows[j]["kl_after"], j))
+    assert sl.get("chosen_first_round", sl["chosen"]) == first
+    ro = sl.get("runoff")
+    assert runoff.entrants({**sl, "chosen": first}, ro["margin"] if ro else 0.02) == (ro["entrants"] if ro else [])
+    if not ro:
+        return first
+    return ro["entrants"][min(range(2), key=lambda j: (ro["kl_after"][j], j))]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from _buildkit import make_project
+from _buildkit import make_project, shortlist_choice
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def test_uniform_baseline_is_a_measured_choice_listed_in_the_report(tmp_path, mo
     assert len(sl["finalists"]) == min(len(cands), 4) >= 2  # the default number of finalists
     assert (sl["steps"], sl["validation_tokens"]) == (own["steps"], own["validation_tokens"])
     pick = sl["finalists"][sl["chosen"]]
-    assert sl["chosen"] == min(range(len(sl["finalists"])), key=lambda j: sl["finalists"][j]["kl_after"])
+    assert sl["chosen"] == shortlist_choice(sl) and own["chosen"] == shortlist_choice(own)
     assert b["architecture"]["params"] == pick["params"] and b["how"].startswith("short-distillation choice")
     assert all(c["ok"] for c in b["predicted"]["checks"])  # the chosen uniform point meets the contract
     assert b["quality"]["accuracy"]["student"]["summary"]["docs"] == 27

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from _buildkit import make_project, weights_hash  # noqa: E402
+from _buildkit import make_project, shortlist_choice, weights_hash  # noqa: E402
 from _stockkit import NO_AUTOCOMPRESS, STOCK  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -213,7 +213,7 @@ def test_the_chosen_architecture_is_the_measured_best_candidate(built):
     assert len(rows) >= 2 and rows[0]["name"] == best["name"] and rows[0]["kl_search"] == best["kl"]
     assert [r["kl_search"] for r in rows] == sorted(r["kl_search"] for r in rows)
     # the finalist of least KL after the short distillation is what was built
-    assert sl["chosen"] == min(range(len(rows)), key=lambda j: rows[j]["kl_after"])
+    assert sl["chosen"] == shortlist_choice(sl)  # with a runoff when a runner-up is within 2%
     assert report["architecture"]["params"] == rows[sl["chosen"]]["params"]
     assert report["how"].startswith(f"short-distillation choice among {len(rows)} finalists")
     md = (result.output / "autocompress-report.md").read_text()
@@ -244,3 +244,35 @@ def test_the_tokenizer_loads_without_running_or_asking_about_code(built):
     assert "Do you wish" not in p.stdout + p.stderr and "custom code" not in p.stdout
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["ids"] == got["ref"] and got["cls"] in ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def test_a_near_tie_goes_to_a_runoff_whose_winner_is_built(built, tmp_path, monkeypatch):
+    """With a runoff margin wide enough for any runner-up, the build distils its two leading finalists
+    again for twice the steps, builds the runoff's winner, shows the runoff in its report, and a rerun
+    finds the runoff cached."""
+    import dataclasses
+    import shutil
+
+    from autocompress.compress import prepare, settings
+    from autocompress.compress.pipeline import run_build
+
+    root = built[0]
+    shutil.copytree(root, tmp_path / "copy", symlinks=True)
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "copy" / "cache"))
+    wide = lambda spec: dataclasses.replace(settings.derive_build(spec), runoff_margin=10.0)  # noqa: E731
+    monkeypatch.setattr(prepare, "derive_build", wide)
+    logs: list[str] = []
+    result = run_build(str(tmp_path / "copy" / "spec.acspec"), progress=logs.append)
+    report = json.loads((result.output / "autocompress-report.json").read_text())
+    sl = report["shortlist"]
+    ro, rows = sl["runoff"], sl["finalists"]
+    assert ro["steps"] == 2 * sl["steps"] and len(ro["kl_after"]) == 2
+    assert sl["chosen"] == shortlist_choice(sl) and report["architecture"]["params"] == rows[sl["chosen"]]["params"]
+    assert f"runoff at {ro['steps']} steps ({rows[ro['entrants'][0]]['name']} and" in report["how"]
+    assert any(m.startswith("[runoff]") and "distilled again" in m for m in logs)
+    assert len(list((tmp_path / "copy" / "out" / ".tiny.acc").glob("runoff-*[!l]"))) == 1  # one stage, completed
+    md = (result.output / "autocompress-report.md").read_text()
+    assert f"after {ro['steps']} (runoff)" in md and "Runoff: the two finalists" in md
+    again: list[str] = []
+    run_build(str(tmp_path / "copy" / "spec.acspec"), progress=again.append)
+    assert any(m.startswith("[runoff] cached") for m in again) and any(m.startswith("[shortlist-autocompress] cached") for m in again)

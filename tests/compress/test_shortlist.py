@@ -13,7 +13,7 @@ pytest.importorskip("safetensors")
 
 import _distillkit as kit  # noqa: E402
 
-from autocompress.compress import shortlist  # noqa: E402
+from autocompress.compress import runoff, shortlist  # noqa: E402
 from autocompress.compress.refine import Scored, choose  # noqa: E402
 from autocompress.compress.teacher import cache_teacher  # noqa: E402
 from autocompress.progress import Progress  # noqa: E402
@@ -107,3 +107,52 @@ def test_the_search_ranks_every_passing_candidate_once():
     # A once (c is the same architecture), D as repaired with its re-measured KL
     assert [(c.name, c.arch, c.kl) for c in got.ranked] == [("b", "B", 0.2), ("d, repaired (3 moves)", "D2", 0.4),
                                                             ("a", "A", 0.5)]
+
+
+def _first_round(kls):
+    rows = [{"name": f"f{i}", "kl_search": 0.1 * i, "params": 1000, "kl_before": 3.0, "kl_after": k}
+            for i, k in enumerate(kls)]
+    return {"finalists": rows, "chosen": min(range(len(kls)), key=lambda j: (kls[j], j)), "steps": 15, "batch": 4,
+            "seq_len": 128, "validation_rows": 16, "validation_tokens": 2048, "seconds": 9.0}
+
+
+def test_the_runoff_takes_the_leader_and_a_runner_up_within_the_margin():
+    assert runoff.entrants(_first_round([1.0, 1.019, 1.5]), 0.02) == [0, 1]
+    assert runoff.entrants(_first_round([1.5, 1.02, 1.0]), 0.02) == [2, 1]  # leader first, whatever the search's order
+    assert runoff.entrants(_first_round([1.0, 1.03, 1.01]), 0.02) == [0, 2]  # the runner-up, not the next in line
+    assert runoff.entrants(_first_round([1.0, 1.021]), 0.02) == []  # a clear lead needs no runoff
+    assert runoff.entrants(_first_round([1.0, 1.0]), 0.0) == []  # margin 0: no runoff
+    assert runoff.entrants(_first_round([1.0]), 0.02) == []
+
+
+def test_the_runoff_decides_and_the_first_round_is_kept():
+    first = _first_round([1.9415, 1.9454, 2.3])  # code-5070 seed 1's first round (bench/results/shortlist_horizon.md)
+    picked = runoff.entrants(first, 0.02)
+    second = {"finalists": [{"kl_after": 1.7018}, {"kl_after": 1.6559}], "chosen": 1, "steps": 30, "seconds": 4.0}
+    res = runoff.merge(first, second, picked, 0.02)
+    assert (res["chosen"], res["chosen_first_round"]) == (1, 0)
+    assert res["runoff"] == {"margin": 0.02, "entrants": [0, 1], "steps": 30, "kl_after": [1.7018, 1.6559],
+                             "seconds": 4.0}
+    how = runoff.describe(res)
+    assert how.startswith("short-distillation choice among 3 finalists (15 steps each") and ": f1, KL 3.000 -> 1.945" in how
+    assert "runoff at 30 steps (f0 and f1 within 2% after 15): KL 1.702 against 1.656" in how
+    assert runoff.describe(first) == shortlist.describe(first)  # no runoff: the first round's words
+
+
+def test_a_runoff_distils_its_entrants_longer_on_the_same_validation_rows(setup, tmp_path):
+    teacher, tokens, cache = setup
+    first = shortlist.short_distill_choice(_finalists(), _maker(teacher, []), cache, tokens, SETTINGS, tmp_path / "1",
+                                           Progress())
+    picked = runoff.entrants(first, 10.0)  # a margin wide enough for any runner-up
+    made, rec = [], Recording(cache)
+    longer = SimpleNamespace(**{**vars(SETTINGS), "finalist_steps": 2 * SETTINGS.finalist_steps})
+    second = shortlist.short_distill_choice([_finalists()[i] for i in picked], _maker(teacher, made), rec, tokens,
+                                            longer, tmp_path / "2", Progress())
+    res = runoff.merge(first, second, picked, 10.0)
+    assert made == [NOISE[first["finalists"][i]["name"]] for i in picked]  # the two entrants, rebuilt from the parent
+    assert second["steps"] == 10 and second["validation_rows"] == first["validation_rows"]
+    # the same students before distillation: the same held-apart KL; then ten distillation steps each
+    assert [second["finalists"][j]["kl_before"] for j in range(2)] == [first["finalists"][i]["kl_before"] for i in picked]
+    first_held = 24 - shortlist.validation_rows(24)
+    assert sum(max(r) < first_held for r in rec.reads) == 2 * 10
+    assert res["chosen"] == picked[min(range(2), key=lambda j: res["runoff"]["kl_after"][j])]
