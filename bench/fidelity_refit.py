@@ -17,7 +17,8 @@ profile fitted by an earlier commit can be scored on a later run's architectures
         --scan gqa_kv_reread=0,0.034,0.1,0.2,0.4,0.7,1
 
 ``--own-fit`` scores the profile the run fitted itself; ``--stable X`` adds the errors over the cells
-whose two passes agree within X; the Spearman lines show whether the error follows the share of
+whose two passes agree within X; ``--ref-agree X`` scores each cell from only its triples whose two
+neighbouring references agree within X (would re-measuring unsteady triples help?); the Spearman lines show whether the error follows the share of
 KV-reduced layers (a systematic term) or not.
 """
 
@@ -68,6 +69,40 @@ def stable_only(errs: dict[str, list[float]], held: list[dict], inter, within: f
     return out
 
 
+def triples_of(inter) -> dict[str, list[tuple[dict, dict, dict]]]:
+    """model -> its (run, reference before, reference after) medians, rebuilt from the stored run
+    order (a model's left neighbour is the last reference or seam before it, its right the next)."""
+    out: dict = {}
+    runs = inter.runs
+    for i, r in enumerate(runs):
+        if r["model"] == inter.reference:
+            continue
+        before = next(runs[j] for j in range(i - 1, -1, -1) if runs[j]["model"] == inter.reference)
+        after = next(runs[j] for j in range(i + 1, len(runs)) if runs[j]["model"] == inter.reference)
+        out.setdefault(r["model"], []).append((r["medians"], before["medians"], after["medians"]))
+    return out
+
+
+def ref_agreeing(inter, within: float):
+    """(ratios, kept) as if every triple whose two references disagree by more than ``within`` on a
+    cell were dropped for that cell: the ratio is the mean over the agreeing triples; a cell with
+    none is left out (``kept`` False). Dropping by the references' disagreement never looks at the
+    model's own run, so it selects on the host's steadiness, not on the answer. What a schedule
+    that re-measures such cells could reach, if its new triples agree as often as these did."""
+    import copy
+
+    ratio, kept = copy.deepcopy(inter.ratio), {}
+    for name, ts in triples_of(inter).items():
+        for w in ratio[name]:
+            for k in ratio[name][w]:
+                good = [g[w][k] / ((b[w][k] + a[w][k]) / 2) for g, b, a in ts
+                        if abs(b[w][k] - a[w][k]) <= within * (b[w][k] + a[w][k]) / 2]
+                kept[(name, w, k)] = bool(good)
+                if good:
+                    ratio[name][w][k] = statistics.fmean(good)
+    return ratio, kept
+
+
 def own_params(fitted: dict) -> dict[str, float]:
     """``fit._params``'s flat form of a fidelity JSON's ``fitted`` block (per-op efficiencies, kernel)."""
     p = {f"{c}.{k}": v for c, e in fitted["per_op"].items() for k, v in e.items()}
@@ -93,6 +128,9 @@ def main() -> int:
                     help="score the profile the run itself fitted (its JSON's 'fitted'), without refitting")
     ap.add_argument("--stable", type=float, default=0.05, metavar="X",
                     help="also score only the cells whose per-pass ratios agree within X (default 0.05)")
+    ap.add_argument("--ref-agree", type=float, default=None, metavar="X",
+                    help="also score with each cell's ratio from the triples whose two references agree within X "
+                         "only (cells with none left out): what re-measuring unsteady triples could reach")
     args = ap.parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
@@ -119,6 +157,18 @@ def main() -> int:
         for k, v in summary(stable_only(errs, held, inter, args.stable)).items():
             print(f"{k:10s} passes agree within {args.stable:.0%}: ratio median {v['median']:.1%}  "
                   f"p95 {v['p95']:.1%}  ({v['samples']} of {len(errs[k])} cells)")
+    if args.ref_agree:
+        import dataclasses
+
+        ratio, kept = ref_agreeing(inter, args.ref_agree)
+        agreed = ratio_errors(held, ref, dataclasses.replace(inter, ratio=ratio), prof, target)
+        for k, v in summary(agreed).items():
+            key = "throughput_tok_s" if k == "throughput" else f"{k}_s"
+            cells = [(r["arch"].name, m["workload"]) for r in held for m in r["result"]["measurements"]]
+            errs_kept = [e for (n, w), e in zip(cells, agreed[k]) if kept[(n, w, key)]]
+            v = summary({k: errs_kept})[k]
+            print(f"{k:10s} triples whose references agree within {args.ref_agree:.0%}: ratio median "
+                  f"{v['median']:.1%}  p95 {v['p95']:.1%}  ({len(errs_kept)} of {len(cells)} cells have one)")
     if args.scan:
         key, values = args.scan.split("=", 1)
         for v in (float(x) for x in values.split(",")):

@@ -52,3 +52,23 @@ def test_the_kv_share_counts_attention_layers_only_and_the_own_fit_is_flat():
     assert r.fewer_kv_share(SimpleNamespace(blocks=blocks), 3) == pytest.approx(2 / 3)
     fitted = {"per_op": {"gemm": {"compute": 2.0, "memory": 1.5}}, "kernel": {"launch_s": 5e-6}}
     assert r.own_params(fitted) == {"gemm.compute": 2.0, "gemm.memory": 1.5, "launch_s": 5e-6}
+
+
+def test_triples_pair_each_model_run_with_its_neighbouring_references_and_disagreeing_ones_drop():
+    r = _refit()
+
+    def run(model, tpot):
+        return {"model": model, "medians": {"short": {"tpot_s": tpot}}}
+    # pass 1: R 10, A 5, R 10.5 (agree within 5%); a seam; pass 2: R 10, A 9, R 14 (disagree by 33%); B
+    runs = [run("R", 10.0), run("A", 5.0), run("R", 10.5), run("R", 10.0), run("A", 9.0), run("R", 14.0),
+            run("R", 8.0), run("B", 4.0), run("R", 8.0)]
+    inter = SimpleNamespace(reference="R", runs=runs, ratio={"A": {"short": {"tpot_s": 0.625}},
+                                                            "B": {"short": {"tpot_s": 0.5}}})
+    t = r.triples_of(inter)
+    assert [(g["short"]["tpot_s"], b["short"]["tpot_s"], a["short"]["tpot_s"]) for g, b, a in t["A"]] == \
+        [(5.0, 10.0, 10.5), (9.0, 10.0, 14.0)]  # pass 2's left neighbour is the seam, not pass 1's last
+    ratio, kept = r.ref_agreeing(inter, 0.10)
+    assert ratio["A"]["short"]["tpot_s"] == pytest.approx(5.0 / 10.25) and kept[("A", "short", "tpot_s")]  # pass 2 dropped
+    assert inter.ratio["A"]["short"]["tpot_s"] == 0.625  # the stored run is not changed
+    ratio, kept = r.ref_agreeing(inter, 0.0)
+    assert not kept[("A", "short", "tpot_s")] and kept[("B", "short", "tpot_s")]  # equal references agree at 0
