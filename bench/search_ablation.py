@@ -286,6 +286,28 @@ def router_versus(rows: list[dict]) -> list[str]:
             "|---|---|---|---|---|---|---|", *out]
 
 
+def runoffs(rows: list[dict]) -> list[str]:
+    """The shortlist's runoffs (``compress.runoff``): per run, the two entrants' KL after the short
+    distillation and after the runoff's longer one, and whether the runoff overturned the first round."""
+    out = []
+    for r in rows:
+        sl = r.get("shortlist") or {}
+        ro = sl.get("runoff")
+        if not ro:
+            continue
+        f = sl["finalists"]
+        a, b = ro["entrants"]
+        out.append(f"| {r['contract']} | {r['seed']} | {r['arm']} | {f[a]['name']} / {f[b]['name']} | "
+                   f"{f[a]['kl_after']:.4f} / {f[b]['kl_after']:.4f} | {ro['kl_after'][0]:.4f} / {ro['kl_after'][1]:.4f} | "
+                   f"{f[sl['chosen']]['name']} | {'yes' if sl['chosen'] != sl['chosen_first_round'] else 'no'} |")
+    if not out:
+        return []
+    return ["", "Runoffs (the shortlist's leader and a runner-up within the margin after the short distillation, "
+            "distilled again for twice the steps; the least KL after it is built):", "",
+            "| contract | seed | arm | leader / runner-up | KL after the short distillation | after the runoff | built | "
+            "overturned |", "|---|---|---|---|---|---|---|---|", *out]
+
+
 def render(rows: list[dict], meta: dict) -> str:
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
@@ -321,6 +343,7 @@ def render(rows: list[dict], meta: dict) -> str:
     out += ["", "How each arm chose (the build report's `how`):", ""]
     out += [f"- {r['contract']} s{r['seed']} ({r['arm']}): {r['how']}" + (
         f" (the search alone: {r['how_search']})" if r.get("how_search") else "") for r in rows]
+    out += runoffs(rows)
     out += render_pooled(meta.get("pooled") or [])
     out += router_versus(rows)
     moved = [r for r in rows if (r.get("router") or {}).get("router") == "v2"]

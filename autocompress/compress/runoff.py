@@ -13,8 +13,8 @@ steps (1.9415 against 1.9454) and the default shipped the greedy; distilled 30 s
 led by 2.8%, after 60 by 5.6%, and the full build's held-out KL and code perplexity agreed
 (``bench/results/shortlist_horizon.md``). Where the lead was 1.0% (npc-5080 seed 0) it grew to
 2.5% at 30 steps: the runoff confirms such a leader rather than overturning it. The margin, 2%,
-covers both measured near-ties; the other 16 of the ablation's 20 first rounds had no runner-up
-within it, so the runoff costs nothing there.
+covers both measured near-ties; of the ablation's 20 first rounds 8 had a runner-up within 1.3%,
+the next nearest was 3.9% behind, so 2% sits in that gap.
 
 Cost: two distillations of ``runoff_steps``; at the defaults (15 x 2) that is 60 steps, one
 build's distillation, spent only on a near-tie.

@@ -25,6 +25,7 @@ tensor math is ``distill.distill`` and ``teacher.topk_kl``.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,9 @@ def short_distill_choice(finalists: list[dict], make_student, teacher, train_row
                    "last_loss": round(res.losses[-1], 4) if res.losses else None,
                    "seconds": round(time.perf_counter() - t0, 1)}
             done.write_text(json.dumps(row))
+            # its checkpoints served only a resume of this finalist: kept, four SmolLM2 finalists
+            # held 11 GB until the stage ended (a full disk stopped the ablation, 2026-12-06)
+            shutil.rmtree(partial / f"finalist-{i}", ignore_errors=True)
             crash_point(f"shortlist:{i + 1}")  # fault injection: killed after N finalists (the resume test)
             rows.append(row)
             log(f"[shortlist] {i + 1}/{len(finalists)} {f['name']}: KL {before:.3f} -> {after:.3f} after "

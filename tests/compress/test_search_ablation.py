@@ -161,6 +161,19 @@ def test_seeds_and_contracts_pool_document_by_document(tmp_path):
     assert by[("all", "a")]["chance"] == pytest.approx(0.25) and "scores 25.0 on these documents" in md
 
 
+def test_runoffs_list_each_run_whose_shortlist_went_to_one():
+    bench = _bench()
+    f = [{"name": n, "kl_after": k} for n, k in (("greedy", 1.9415), ("router v2", 1.9454), ("uniform", 2.3))]
+    sl = {"finalists": f, "chosen": 1, "chosen_first_round": 0,
+          "runoff": {"entrants": [0, 1], "kl_after": [1.7018, 1.6559], "steps": 30, "margin": 0.02}}
+    rows = [{"contract": "code-5070", "seed": 1, "arm": "e", "shortlist": sl},
+            {"contract": "code-5070", "seed": 1, "arm": "b", "shortlist": {"finalists": f, "chosen": 0}},
+            {"contract": "npc-5080", "seed": 0, "arm": "a", "shortlist": None}]
+    md = "\n".join(bench.runoffs(rows))
+    assert "| code-5070 | 1 | e | greedy / router v2 | 1.9415 / 1.9454 | 1.7018 / 1.6559 | router v2 | yes |" in md
+    assert md.count("| code-5070 |") == 1 and bench.runoffs(rows[1:]) == []
+
+
 def test_chance_is_the_mean_over_tasks_of_one_over_the_choices():
     bench = _bench()
     docs = ([{"task": "arc_easy", "lls": [0.0] * 4}] * 3 + [{"task": "piqa", "lls": [0.0, 0.0]}]

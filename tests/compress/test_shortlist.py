@@ -81,6 +81,8 @@ def test_least_kl_after_wins_and_the_short_distillation_never_reads_the_validati
     assert len(train) + len(held) == len(rec.reads)  # no read mixes the two
     assert len(train) == 3 * SETTINGS.finalist_steps  # every distillation step read training rows only
     assert sorted({r for read in held for r in read}) == list(range(first, 24))
+    # a finished finalist's checkpoints are gone (only its result is kept for a resume)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["finalist-0.json", "finalist-1.json", "finalist-2.json"]
 
 
 def test_a_killed_shortlist_measures_only_the_rest(setup, tmp_path):

@@ -72,3 +72,30 @@ def test_triples_pair_each_model_run_with_its_neighbouring_references_and_disagr
     assert inter.ratio["A"]["short"]["tpot_s"] == 0.625  # the stored run is not changed
     ratio, kept = r.ref_agreeing(inter, 0.0)
     assert not kept[("A", "short", "tpot_s")] and kept[("B", "short", "tpot_s")]  # equal references agree at 0
+
+
+def _terms():
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("bench_fidelity_terms", ROOT / "bench" / "fidelity_terms.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_term_is_fitted_on_its_cells_and_scores_only_held_out_ones():
+    t = _terms()
+    parent = {"gemm_shapes": 5.0}
+
+    def cell(role, shapes, pred, meas, metric="e2e", workload="concurrent"):
+        return {"role": role, "workload": workload, "metric": metric, "features": {"gemm_shapes": shapes},
+                "pred": pred, "meas": meas}
+    # measured 1% cheaper per shape above the parent's than predicted: c = -0.01 fits exactly
+    cal = [cell("heldout", s, 1.0, 1 - 0.01 * (s - 5)) for s in (5, 9, 13, 17)]
+    c = t.fit(cal, parent, "concurrent", "e2e", "gemm_shapes")
+    assert c == pytest.approx(-0.01, rel=0.02)
+    held = [cell("heldout", 15, 1.0, 0.9), cell("calibration", 15, 1.0, 0.5),  # a calibration-role cell is not scored
+            cell("heldout", 15, 1.0, 1.0 / 0.9, metric="throughput")]
+    assert t.p95s(held)["e2e"] == pytest.approx(1 / 0.9 - 1)
+    with_term = t.p95s(held, ("concurrent", "e2e", "gemm_shapes", -0.01), parent)
+    assert with_term["e2e"] == pytest.approx(0.0, abs=1e-9)
+    assert with_term["throughput"] == pytest.approx(0.0, abs=1e-9)  # throughput takes E2E's factor inverted
