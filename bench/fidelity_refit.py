@@ -59,13 +59,16 @@ def stable_only(errs: dict[str, list[float]], held: list[dict], inter, within: f
     """The errors of the cells (model x workload x metric) whose per-pass ratios agree within
     ``within`` of their mean: where the measurement itself reproduced, so an error there is the
     cost model's and not the host's. ``errs`` is ``ratio_errors``'s, in its order."""
-    out: dict[str, list[float]] = {k: [] for k in errs}
+    return kept_errors(errs, held, lambda name, w, key: inter.spread[name][w][key] <= within * inter.ratio[name][w][key])
+
+
+def kept_errors(errs: dict[str, list[float]], held: list[dict], keep) -> dict[str, list[float]]:
+    """``errs`` (``ratio_errors``'s, cells in its order) less the cells ``keep(model, workload, metric key)`` drops."""
+    cells = [(r["arch"].name, m["workload"]) for r in held for m in r["result"]["measurements"]]
+    out: dict[str, list[float]] = {}
     for k in errs:
         key = "throughput_tok_s" if k == "throughput" else f"{k}_s"
-        cells = [(r["arch"].name, m["workload"]) for r in held for m in r["result"]["measurements"]]
-        for (name, w), e in zip(cells, errs[k]):
-            if inter.spread[name][w][key] <= within * inter.ratio[name][w][key]:
-                out[k].append(e)
+        out[k] = [e for (name, w), e in zip(cells, errs[k]) if keep(name, w, key)]
     return out
 
 
@@ -77,9 +80,10 @@ def triples_of(inter) -> dict[str, list[tuple[dict, dict, dict]]]:
     for i, r in enumerate(runs):
         if r["model"] == inter.reference:
             continue
-        before = next(runs[j] for j in range(i - 1, -1, -1) if runs[j]["model"] == inter.reference)
-        after = next(runs[j] for j in range(i + 1, len(runs)) if runs[j]["model"] == inter.reference)
-        out.setdefault(r["model"], []).append((r["medians"], before["medians"], after["medians"]))
+        before = next((runs[j] for j in range(i - 1, -1, -1) if runs[j]["model"] == inter.reference), None)
+        after = next((runs[j] for j in range(i + 1, len(runs)) if runs[j]["model"] == inter.reference), None)
+        if before and after:  # a run killed before its right-hand reference has no ratio
+            out.setdefault(r["model"], []).append((r["medians"], before["medians"], after["medians"]))
     return out
 
 
@@ -157,18 +161,15 @@ def main() -> int:
         for k, v in summary(stable_only(errs, held, inter, args.stable)).items():
             print(f"{k:10s} passes agree within {args.stable:.0%}: ratio median {v['median']:.1%}  "
                   f"p95 {v['p95']:.1%}  ({v['samples']} of {len(errs[k])} cells)")
-    if args.ref_agree:
+    if args.ref_agree is not None:
         import dataclasses
 
         ratio, kept = ref_agreeing(inter, args.ref_agree)
         agreed = ratio_errors(held, ref, dataclasses.replace(inter, ratio=ratio), prof, target)
-        for k, v in summary(agreed).items():
-            key = "throughput_tok_s" if k == "throughput" else f"{k}_s"
-            cells = [(r["arch"].name, m["workload"]) for r in held for m in r["result"]["measurements"]]
-            errs_kept = [e for (n, w), e in zip(cells, agreed[k]) if kept[(n, w, key)]]
-            v = summary({k: errs_kept})[k]
+        some = kept_errors(agreed, held, lambda name, w, key: kept[(name, w, key)])
+        for k, v in summary(some).items():
             print(f"{k:10s} triples whose references agree within {args.ref_agree:.0%}: ratio median "
-                  f"{v['median']:.1%}  p95 {v['p95']:.1%}  ({len(errs_kept)} of {len(cells)} cells have one)")
+                  f"{v['median']:.1%}  p95 {v['p95']:.1%}  ({v['samples']} of {len(agreed[k])} cells have one)")
     if args.scan:
         key, values = args.scan.split("=", 1)
         for v in (float(x) for x in values.split(",")):

@@ -47,8 +47,9 @@ def features(arch, kv_parent: int) -> dict[str, float]:
             "kv_bytes": sum(kv) / (kv_parent * len([b for b in arch.blocks])) if kv else 0.0}
 
 
-def cells_of(path: str, prof, target, parent) -> list[dict]:
-    """Every (model, workload, metric) of a stored run: predicted and measured ratio to the parent, features."""
+def cells_of(path: str, prof, target, parent) -> tuple[list[dict], dict[str, float]]:
+    """(every (model, workload, metric) of a stored run: predicted and measured ratio to the parent,
+    features; the parent's features)."""
     from autocompress.measure.fit import predicted
 
     rows, inter, d = rebuilt(str(ROOT / path), target, parent)

@@ -7,11 +7,12 @@ percent of each other, that choice is a coin toss, and the model the full distil
 each can differ by much more (code-5070 seed 1: greedy 1.941 against router v2 1.945 after 15
 steps, held-out KL 1.843 against 1.671 after the 60-step distillation; ``search_ablation.md``).
 
-For one ablation arm (its spec under ``--work``/specs), this re-runs the shortlist's own function
-(``short_distill_choice``: the same finalists, recipe, validation rows and seed) with the
+For one ablation arm (its spec under ``--work``/specs), this re-runs the shortlist's own round
+(``pipeline.distil_round``: the same finalists, recipe, validation rows and seed) with the
 finalists' distillation at each of ``--horizons`` steps, for the ``--top`` finalists of least KL
 after the build's short distillation, and writes every finalist's validation KL per horizon. The
-cached search and shortlist stages are read, not re-run. Results:
+cached search and shortlist stages are read, not re-run; each horizon is a runoff stage, so the
+build's own runoff (its two entrants at twice the steps) is read too. Results:
 ``bench/results/shortlist_horizon.{md,json}`` (rows add up over invocations, one arm per run).
 
     nice -n 5 python bench/shortlist_horizon.py --arm code-5070-s1-e --horizons 30 60 --top 2
@@ -23,39 +24,34 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(spec: Path, work: Path, horizons: list[int], top: int, progress) -> dict:
-    from autocompress.compress.pipeline import student_maker, search, shortlist
+    from autocompress.compress.pipeline import distil_round, search
     from autocompress.compress.prepare import prepare
-    from autocompress.compress.shortlist import short_distill_choice
     from autocompress.ir import arch_from_dict
 
     p = prepare(str(spec), work, progress)
     strat = p.settings
-    chosen, arch = search(p, strat)
-    built, _ = shortlist(p, strat, chosen, arch)  # cached: the build's own 15-step result
-    base = built["shortlist"]
+    chosen, _ = search(p, strat)
     finalists = chosen["finalists"]
+    archs = [arch_from_dict(f["architecture"], p.parent.architecture) for f in finalists]
+    # the build's own first round (cached), then each horizon as a runoff stage of the top finalists:
+    # at the build's runoff steps with its two entrants, the build's own runoff (cached)
+    base = distil_round(p, strat, finalists, archs, list(range(len(finalists))), strat.finalist_steps, "shortlist")
     order = sorted(range(len(base["finalists"])), key=lambda j: base["finalists"][j]["kl_after"])[:top]
-    picked = [{**finalists[j], "arch": arch_from_dict(finalists[j]["architecture"], p.parent.architecture)}
-              for j in order]
-
-    out = {"arm": spec.stem, "finalists": [f["name"] for f in picked],
+    names = [finalists[j]["name"] for j in order]
+    out = {"arm": spec.stem, "finalists": names,
            "kl_after": {str(base["steps"]): [base["finalists"][j]["kl_after"] for j in order]},
-           "chosen_at": {str(base["steps"]): picked[0]["name"]}, "seconds": {}}
+           "chosen_at": {str(base["steps"]): names[0]}, "seconds": {}}
     for h in horizons:
         t0 = time.perf_counter()
-        partial = work / "horizon" / f"{spec.stem}-{h}"
-        partial.mkdir(parents=True, exist_ok=True)  # per finalist results: a killed run resumes
-        res = short_distill_choice(picked, student_maker(p), p.teacher, p.data.train, replace(strat, finalist_steps=h),
-                                   partial, progress)
+        res = distil_round(p, strat, finalists, archs, order, h, "runoff")
         out["kl_after"][str(h)] = [r["kl_after"] for r in res["finalists"]]
-        out["chosen_at"][str(h)] = picked[res["chosen"]]["name"]
+        out["chosen_at"][str(h)] = names[res["chosen"]]
         out["seconds"][str(h)] = round(time.perf_counter() - t0, 1)
     return out
 

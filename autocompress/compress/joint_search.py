@@ -32,7 +32,7 @@ def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, selec
     """(decode, the report's ``search`` record, the seed points it measured by name): router v2
     trained from the better-measured of the greedy's seed points as its prior. Shared by ``router``,
     ``router-refine`` and ``autocompress`` (whose greedy seeds from the same points: returned so
-    it does not look for them again)."""
+    the search looks them up once; their KLs stay in ``select_kl``'s memo)."""
     from autocompress.compress.router_v2 import train_router_v2
     from autocompress.compress.search import search_configs, uniform_seed
     from autocompress.compress.teacher import topk_kl

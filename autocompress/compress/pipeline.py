@@ -70,49 +70,54 @@ def student_maker(p: Prepared):
     return make
 
 
+def distil_round(p: Prepared, strat: BuildSettings, finalists: list[dict], archs: list, picked: list[int], steps: int,
+                 name: str) -> dict:
+    """One round of short distillations (``shortlist.short_distill_choice``) of the finalists
+    ``picked`` for ``steps`` steps each, as a cached stage: the shortlist's first round (``name``
+    "shortlist") or a runoff ("runoff"; also ``bench/shortlist_horizon.py``'s longer horizons).
+    Keyed like distillation, by what it reads (the architectures in order, the permuted weights,
+    the teacher outputs, the recipe), not by the search that listed them or its names for them,
+    so two strategies' equal runoff entrants are distilled once; the rows carry this search's
+    names and KLs."""
+    from autocompress.compress.shortlist import short_distill_choice, validation_rows
+
+    def body(tmp: Path, partial: Path) -> dict:
+        res = short_distill_choice([{**finalists[i], "arch": archs[i]} for i in picked], student_maker(p), p.teacher,
+                                   p.data.train, replace(strat, finalist_steps=steps), partial, p.progress)
+        (tmp / "shortlist.json").write_text(json.dumps(res, indent=1))
+        return {"chosen": res["chosen"]}
+
+    key = stage_key(name, ("autocompress.compress.shortlist", *p.family.code["distill"]), p.importance.key,
+                    p.teacher_key, json.dumps([finalists[i]["architecture"] for i in picked], sort_keys=True),
+                    json.dumps((steps, strat.batch, strat.lr, strat.seed, validation_rows(p.data.train.shape[0]))))
+    # the first round's folder names its strategy (the build log's line); a runoff's does not
+    folder = f"shortlist-{strat.strategy}" if name == "shortlist" else name
+    tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
+    st = p.timed(f"{name}{tag}", lambda: run_stage(p.work, folder, key, body, p.progress.log))
+    res = json.loads((st.path / "shortlist.json").read_text())
+    for row, i in zip(res["finalists"], picked):
+        row.update(name=finalists[i]["name"], kl_search=finalists[i]["kl"])
+    return res
+
+
 def shortlist(p: Prepared, strat: BuildSettings, chosen: dict, arch) -> tuple[dict, object]:
     """The final choice by a short distillation of the search's finalists (``compress.shortlist``),
     then a runoff of a near-tie (``compress.runoff``), the same for every strategy: (how it was
-    chosen, with the shortlist's table; the architecture). Both stages are keyed like
-    distillation, by what they read (the finalists or the entrants, the permuted weights, the
-    teacher outputs, the recipe), not by the search that listed them, so two strategies' equal
-    entrants share one runoff. One finalist: the search's choice."""
+    chosen, with the shortlist's table; the architecture). One finalist: the search's choice."""
     from autocompress.compress import runoff
-    from autocompress.compress.shortlist import short_distill_choice, validation_rows
     from autocompress.ir import arch_from_dict
 
     finalists = chosen.get("finalists") or []
     if strat.finalists <= 1 or len(finalists) <= 1:
         return chosen, arch
     archs = [arch_from_dict(f["architecture"], p.parent.architecture) for f in finalists]
-    held = validation_rows(p.data.train.shape[0])
-
-    def stage(name: str, picked: list[int], steps: int, key_modules: tuple):
-        def body(tmp: Path, partial: Path) -> dict:
-            res = short_distill_choice([{**finalists[i], "arch": archs[i]} for i in picked], student_maker(p),
-                                       p.teacher, p.data.train, replace(strat, finalist_steps=steps), partial,
-                                       p.progress)
-            (tmp / "shortlist.json").write_text(json.dumps(res, indent=1))
-            return {"chosen": res["chosen"]}
-
-        key = stage_key(name, (*key_modules, *p.family.code["distill"]), p.importance.key, p.teacher_key,
-                        json.dumps([finalists[i] for i in picked], sort_keys=True),
-                        json.dumps((steps, strat.batch, strat.lr, strat.seed, held)))
-        # the first round's folder names its strategy (the build log's line); the runoff's does not,
-        # so equal entrants of two strategies (an A/B's arms) are distilled once
-        folder = f"shortlist-{strat.strategy}" if name == "shortlist" else name
-        tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
-        st = p.timed(f"{name}{tag}", lambda: run_stage(p.work, folder, key, body, p.progress.log))
-        return json.loads((st.path / "shortlist.json").read_text())
-
-    res = stage("shortlist", list(range(len(finalists))), strat.finalist_steps, ("autocompress.compress.shortlist",))
+    res = distil_round(p, strat, finalists, archs, list(range(len(finalists))), strat.finalist_steps, "shortlist")
     picked = runoff.entrants(res, strat.runoff_margin)
     if picked:
         p.progress.log(f"[runoff] {finalists[picked[0]]['name']} and {finalists[picked[1]]['name']} are within "
                        f"{strat.runoff_margin:.0%} after {strat.finalist_steps} steps: both distilled again for "
                        f"{strat.runoff_steps}")
-        second = stage("runoff", picked, strat.runoff_steps,
-                       ("autocompress.compress.shortlist", "autocompress.compress.runoff"))
+        second = distil_round(p, strat, finalists, archs, picked, strat.runoff_steps, "runoff")
         res = runoff.merge(res, second, picked, strat.runoff_margin)
     pick = finalists[res["chosen"]]
     how = runoff.describe(res)

@@ -69,7 +69,7 @@ def test_sampling_past_the_minimum_adds_whole_rounds():
     assert batches == [4] * 9  # three rounds of three steps, every one with 4 in flight
 
 
-def test_a_fixed_count_and_the_warm_up_keep_their_counts():
+def test_a_fixed_count_is_rounded_up_to_whole_rounds_after_the_warm_up_round():
     samples, batches, warm = _serve(3, 2, RunSettings(warmup=1, requests=7, target_se=None))
-    assert len(samples) == 7 and warm == 3
-    assert batches == [3, 3] + [3, 3, 3, 3, 1, 1]  # the warm-up round, then 7 = 3 + 3 + 1 (a fixed count)
+    assert len(samples) == 9 and warm == 3  # 7 asked: three whole rounds of 3
+    assert batches == [3, 3] + [3] * 6  # the warm-up round, then three timed rounds, every step with 3 in flight

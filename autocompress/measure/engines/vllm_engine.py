@@ -262,7 +262,9 @@ class VLLMEngine:
             while the samples so far are too noisy (``RunSettings.target_se``).
 
             One decision per engine step, for every request that finished in it: the free places
-            are filled together or not at all, so every timed request decodes beside c - 1 others.
+            are filled together or not at all, so with the equal lengths of every workload here
+            (a round's requests finish in the same step) each timed request decodes beside c - 1
+            others.
             Deciding per finished request started part of a round once the SE target was met
             half-way through one (12 requests finish in the same step of a lockstep round), and
             those few then decoded in a smaller batch, faster: the median TPOT mixed concurrencies,
@@ -320,7 +322,9 @@ class VLLMEngine:
             warm += 1
         if warm:
             closed_loop(s.warmup * c, "warm")
-        samples, elapsed = closed_loop(None if s.target_se else s.serve_requests(c), "req")
+        # a fixed count is the minimum too, rounded up to whole rounds (a last partial round would
+        # decode in a smaller batch)
+        samples, elapsed = closed_loop(None if s.target_se else -(-s.serve_requests(c) // c) * c, "req")
         assert all(x.output_tokens == n_out for x in samples), [x.output_tokens for x in samples]
         method = ("serve: LLMEngine.add_request + step() loop, c requests in flight (closed loop), outputs as deltas; "
                   "TTFT / E2E = perf_counter at the step returning the first / last token minus at add_request; "
