@@ -86,7 +86,7 @@ def row_of(report: dict) -> dict:
 def search_row(spec: Path, work: Path, progress) -> dict:
     """``--search-only``: the shared stages and the arm's search stage, no distillation (a row
     without quality: the candidates' KL to the parent before distillation, the search's time)."""
-    from autocompress.compress.pipeline import search
+    from autocompress.compress.choice import search
     from autocompress.compress.prepare import prepare
 
     p = prepare(str(spec), work / "stages", progress)

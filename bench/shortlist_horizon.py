@@ -8,7 +8,7 @@ each can differ by much more (code-5070 seed 1: greedy 1.941 against router v2 1
 steps, held-out KL 1.843 against 1.671 after the 60-step distillation; ``search_ablation.md``).
 
 For one ablation arm (its spec under ``--work``/specs), this re-runs the shortlist's own round
-(``pipeline.distil_round``: the same finalists, recipe, validation rows and seed) with the
+(``choice.distil_round``: the same finalists, recipe, validation rows and seed) with the
 finalists' distillation at each of ``--horizons`` steps, for the ``--top`` finalists of least KL
 after the build's short distillation, and writes every finalist's validation KL per horizon. The
 cached search and shortlist stages are read, not re-run; each horizon is a runoff stage, so the
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(spec: Path, work: Path, horizons: list[int], top: int, progress) -> dict:
-    from autocompress.compress.pipeline import distil_round, search
+    from autocompress.compress.choice import distil_round, search
     from autocompress.compress.prepare import prepare
     from autocompress.ir import arch_from_dict
 
