@@ -11,12 +11,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _refit():
+def _bench(name: str):
+    """``bench/<name>.py`` as a module (bench/ is no package; its scripts import their siblings)."""
     sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("bench_fidelity_refit", ROOT / "bench" / "fidelity_refit.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _refit():
+    return _bench("fidelity_refit")
 
 
 def test_spearman_ranks_ties_at_their_mean_and_sees_order_not_size():
@@ -75,11 +80,7 @@ def test_triples_pair_each_model_run_with_its_neighbouring_references_and_disagr
 
 
 def _terms():
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("bench_fidelity_terms", ROOT / "bench" / "fidelity_terms.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _bench("fidelity_terms")
 
 
 def test_a_term_is_fitted_on_its_cells_and_scores_only_held_out_ones():
