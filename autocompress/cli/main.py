@@ -119,15 +119,16 @@ def _cmd_build(args) -> int:
         return _build(args)
     dist.init()
     try:
-        return _build(args)
+        code = _build(args)
     except Exception as err:
         if not _peer_lost(err):
             raise
         sys.stderr.write(f"rank {dist.rank()}: another process of this build failed or stopped answering "
                          f"({type(err).__name__}: {str(err)[:200]}); rerun the same command: it resumes\n")
-        return EXIT_PEER
+        code = EXIT_PEER
     finally:
         dist.shutdown()
+    dist.leave(code)  # not a return: gloo's threads outlive the group and can abort a normal exit
 
 
 def _peer_lost(err: Exception) -> bool:

@@ -1,7 +1,6 @@
 """bench/search_ablation.py's plumbing on a tiny parent: four arms built from one stage folder,
 the same distillation budget, a row per arm with quality, search time and where capacity went."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,18 +9,14 @@ import pytest
 pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
 
+from _benchkit import bench  # noqa: E402
 from _buildkit import make_project  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench(name: str = "search_ablation"):
-    """``bench/<name>.py`` as a module (bench/ is no package; a script that imports its siblings
-    puts bench/ on ``sys.path`` itself)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench(name)
 
 
 @pytest.fixture
@@ -126,7 +121,7 @@ def test_rank_correlation_plumbing_on_a_tiny_parent(tmp_path, project):
 def test_seeds_and_contracts_pool_document_by_document(tmp_path):
     """The pooled table: each arm against b and d over every (contract, seed) where both have their
     documents, the mean held-out KL, and the arm ahead on each measure."""
-    bench = _bench()
+    tables = _bench("ablation_tables")
     stages = tmp_path / "stages"
     rows = []
     scores = {"a": [1, 1, 0, 1], "b": [1, 0, 0, 1], "d": [0, 0, 0, 1]}
@@ -147,7 +142,7 @@ def test_seeds_and_contracts_pool_document_by_document(tmp_path):
                              "accuracy_mean": sum(sc) / 4, "kl": {"code": kl, "prose": kl}})
     rows.append({"contract": "cpu-vllm", "seed": 2, "arm": "a", "strategy": "a", "accuracy": None,
                  "accuracy_mean": None, "kl": {}})  # a run without its documents enters no difference
-    entries = bench.pooled(rows, bench.run_docs(rows, tmp_path))
+    entries = tables.pooled(rows, tables.run_docs(rows, tmp_path))
     by = {(e["contract"], e["arm"]): e for e in entries}
     assert [e["contract"] for e in entries][:3] == ["code-5070"] * 3 and entries[-1]["contract"] == "all"
     assert by[("all", "a")]["minus_greedy"]["diff"] == pytest.approx(0.25)
@@ -155,30 +150,30 @@ def test_seeds_and_contracts_pool_document_by_document(tmp_path):
     assert by[("code-5070", "a")]["minus_uniform"]["diff"] == pytest.approx(0.5)
     assert "minus_greedy" not in by[("all", "b")] and "minus_uniform" not in by[("all", "d")]
     assert by[("all", "b")]["heldout_kl"] == pytest.approx(0.4)
-    md = "\n".join(bench.render_pooled(entries))
+    md = "\n".join(tables.render_pooled(entries))
     assert "| all | a | a | 5 | 0.750 | +25.0 ± 25.0 (4) | +50.0 ± 28.9 (4) | 0.500 |" in md
     assert "- all: 8-bench: a (by 25.0); held-out KL: b (by 25.0%)" in md
     assert by[("all", "a")]["chance"] == pytest.approx(0.25) and "scores 25.0 on these documents" in md
 
 
 def test_runoffs_list_each_run_whose_shortlist_went_to_one():
-    bench = _bench()
+    tables = _bench("ablation_tables")
     f = [{"name": n, "kl_after": k} for n, k in (("greedy", 1.9415), ("router v2", 1.9454), ("uniform", 2.3))]
     sl = {"finalists": f, "chosen": 1, "chosen_first_round": 0,
           "runoff": {"entrants": [0, 1], "kl_after": [1.7018, 1.6559], "steps": 30, "margin": 0.02}}
     rows = [{"contract": "code-5070", "seed": 1, "arm": "e", "shortlist": sl},
             {"contract": "code-5070", "seed": 1, "arm": "b", "shortlist": {"finalists": f, "chosen": 0}},
             {"contract": "npc-5080", "seed": 0, "arm": "a", "shortlist": None}]
-    md = "\n".join(bench.runoffs(rows))
+    md = "\n".join(tables.runoffs(rows))
     assert "| code-5070 | 1 | e | greedy / router v2 | 1.9415 / 1.9454 | 1.7018 / 1.6559 | router v2 | yes |" in md
-    assert md.count("| code-5070 |") == 1 and bench.runoffs(rows[1:]) == []
+    assert md.count("| code-5070 |") == 1 and tables.runoffs(rows[1:]) == []
 
 
 def test_chance_is_the_mean_over_tasks_of_one_over_the_choices():
-    bench = _bench()
+    tables = _bench("ablation_tables")
     docs = ([{"task": "arc_easy", "lls": [0.0] * 4}] * 3 + [{"task": "piqa", "lls": [0.0, 0.0]}]
             + [{"task": "mmlu", "lls": [0.0] * 4}, {"task": "mmlu", "lls": [0.0] * 2}])
-    assert bench.chance(docs) == pytest.approx((0.25 + 0.5 + 0.375) / 3)
+    assert tables.chance(docs) == pytest.approx((0.25 + 0.5 + 0.375) / 3)
 
 
 def test_shortlist_horizon_reruns_the_shortlist_at_longer_horizons(tmp_path, project):

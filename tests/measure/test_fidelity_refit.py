@@ -1,23 +1,11 @@
 """bench/fidelity_refit.py's diagnostics: the rank correlation (kl_rank_correlation's), the cells whose passes agree, the
 share of KV-reduced layers, and the run's own fit in the fitter's flat form."""
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench(name: str):
-    """``bench/<name>.py`` as a module (bench/ is no package; its scripts import their siblings)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from _benchkit import bench as _bench
 
 
 def _refit():
