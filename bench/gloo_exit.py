@@ -8,9 +8,12 @@ gloo ranks under torchrun) again and again, alternating two ways to end the proc
 * ``finalize``: a plain return, so the interpreter finalizes and C++ static destructors run.
 
 Each run also lists the native threads alive after ``destroy_process_group`` (/proc/self/task).
-Writes ``bench/results/gloo_exit.md``:
+A toy (``--toy``, two ranks, seconds) shows what keeps them: nothing after a bare process group, a
+DeviceMesh until it is collected, FSDP2 (``fully_shard`` and one backward) even after ``del`` and
+``gc.collect()``. Writes ``bench/results/gloo_exit.md``:
 
-    python bench/gloo_exit.py --runs 40
+    python bench/gloo_exit.py --runs 30
+    python bench/gloo_exit.py --toy           # the toy alone, printed
 """
 
 from __future__ import annotations
@@ -37,12 +40,60 @@ def torchrun(out: Path, mode: str, ckpt: Path, env: dict[str, str]) -> subproces
                           timeout=600)
 
 
+TOY = r"""
+import collections, gc, os, sys
+import torch, torch.distributed as d
+def threads():
+    return dict(sorted(collections.Counter(open(f"/proc/self/task/{t}/comm").read().strip()
+                                           for t in os.listdir("/proc/self/task")).items()))
+case = sys.argv[1]
+d.init_process_group("gloo")
+held = []
+if case in ("mesh", "fsdp"):
+    from torch.distributed.device_mesh import init_device_mesh
+    held.append(init_device_mesh("cpu", (d.get_world_size(),)))
+if case == "fsdp":
+    from torch.distributed.fsdp import fully_shard
+    m = torch.nn.Linear(8, 8)
+    fully_shard(m, mesh=held[0])
+    m(torch.randn(2, 8)).sum().backward()
+    held.append(m)
+d.barrier()
+d.destroy_process_group()
+after_destroy = threads()
+held.clear()
+m = None
+gc.collect()
+if d.is_initialized() is False and os.environ["RANK"] == "0":
+    print(f"TOY {case}: after destroy_process_group {after_destroy}; after del and gc.collect {threads()}", flush=True)
+"""
+
+
+def toy(env: dict[str, str]) -> list[str]:
+    """The toy's three cases, one line each: the native threads after destroy, then after gc."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "toy.py"
+        script.write_text(TOY)
+        for case in ("bare", "mesh", "fsdp"):
+            p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                                str(script), case], env=env, capture_output=True, text=True, timeout=300)
+            out += [line[4:] for line in p.stdout.splitlines() if line.startswith("TOY ")] or [
+                f"{case}: failed ({p.returncode}): {p.stderr[-300:]}"]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=40, help="runs per arm (alternating)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gloo_exit.md"))
+    ap.add_argument("--toy", action="store_true", help="only the toy: what keeps gloo's threads alive")
     args = ap.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent), "PYTHONFAULTHANDLER": "1"}
+    held = toy(env)
+    if args.toy:
+        print("\n".join(held))
+        return 0
     work = Path(tempfile.mkdtemp(prefix="gloo-exit-"))
     counts = {arm: collections.Counter() for arm in ("leave", "finalize")}
     threads: dict[str, collections.Counter] = {}
@@ -90,7 +141,9 @@ def main() -> int:
     for arm, c in counts.items():
         t = ", ".join(f"{k} x{v}" for k, v in sorted(threads.get(arm, {}).items()))
         lines.append(f"| {arm} | {c['runs']} | {c['failed']} | {c['sigabrt']} | {t} |")
-    lines += ["", "Aborts:" if aborts else "No aborts.", *[f"- {a}" for a in aborts]]
+    lines += ["", "Aborts:" if aborts else "No aborts.", *[f"- {a}" for a in aborts], "",
+              "What keeps gloo's threads (a two-rank toy; rank 0's native threads, by name):", "",
+              *[f"- {h}" for h in held]]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
