@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "compress" / "_distworker.py"
 
 
-def torchrun(out: Path, mode: str, ckpt: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def torchrun(script: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``script`` under torchrun, two ranks on this machine."""
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(WORKER), str(out), mode, str(ckpt)], env=env, capture_output=True, text=True,
-                          timeout=600)
+                           str(script), *args], env=env, capture_output=True, text=True, timeout=600)
 
 
 TOY = r"""
@@ -76,8 +76,7 @@ def toy(env: dict[str, str]) -> list[str]:
         script = Path(tmp) / "toy.py"
         script.write_text(TOY)
         for case in ("bare", "mesh", "fsdp"):
-            p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                                str(script), case], env=env, capture_output=True, text=True, timeout=300)
+            p = torchrun(script, case, env=env)
             out += [line[4:] for line in p.stdout.splitlines() if line.startswith("TOY ")] or [
                 f"{case}: failed ({p.returncode}): {p.stderr[-300:]}"]
     return out
@@ -100,7 +99,7 @@ def main() -> int:
     aborts: list[str] = []
     t0 = time.time()
     try:
-        p = torchrun(work, "fresh", work / "ckpt", env)
+        p = torchrun(WORKER, str(work), "fresh", str(work / "ckpt"), env=env)
         if p.returncode:
             sys.stderr.write(p.stderr[-3000:])
             return 1
@@ -110,7 +109,8 @@ def main() -> int:
                 shutil.rmtree(ckpt, ignore_errors=True)
                 shutil.copytree(work / "ckpt", ckpt)
                 tag = work / f"threads-{arm}"
-                p = torchrun(work, "resume", ckpt, {**env, "DISTWORKER_EXIT": arm, "DISTWORKER_THREADS": str(tag)})
+                p = torchrun(WORKER, str(work), "resume", str(ckpt),
+                             env={**env, "DISTWORKER_EXIT": arm, "DISTWORKER_THREADS": str(tag)})
                 aborted = "SIGABRT" in p.stderr
                 counts[arm]["runs"] += 1
                 counts[arm]["failed"] += p.returncode != 0

@@ -144,11 +144,10 @@ def leave(code: int) -> NoReturn:
     finalization.
 
     FSDP2's sharded parameters keep the gloo backend alive after ``destroy_process_group`` (its
-    native threads, ``pt_gloo_runloop`` and ``gloo_tcp_loop``, still run: read from /proc/self/task
-    in ``tests/compress/_distworker.py``'s resume). At exit they race the C++ static destructors,
-    and now and then one calls std::terminate: "terminate called without an active exception",
-    SIGABRT after a build that succeeded (1 in 16 to 1 in 60+ resumes on 2 cores; 2 of 2 CI runs
-    on one day). So the Python exit handlers run while everything is alive, the streams are
+    native threads, ``pt_gloo_runloop`` and ``gloo_tcp_loop``, still run: ``bench/gloo_exit.py``).
+    At exit they race the interpreter's finalization and the C++ static destructors, and now and
+    then one calls std::terminate: "terminate called without an active exception", SIGABRT after a
+    build that succeeded (once in ~130 resumes looped on 2 cores; 2 of 2 clean-clone CIs on one day). So the Python exit handlers run while everything is alive, the streams are
     flushed, and the process ends at once."""
     import atexit
     import logging
