@@ -32,6 +32,26 @@ def budget_of(max_evals: int) -> int:
     return max(1, max_evals // SELECT_ROWS)
 
 
+def measure_frontier(relaxes: dict, derived, to_state: Callable, select_kl: Callable, search_tokens: int,
+                     max_evals: int, progress, label: str) -> tuple[object, float, dict, list] | None:
+    """``measured_uniform`` over the grid's frontier (``feasibility.uniform.uniform_frontier`` of
+    ``relaxes``, the exact cost model's accepted points), with a progress bar named ``label``; None
+    when no uniform point meets the contract (or none is expressible in this supernet)."""
+    from autocompress.feasibility.uniform import uniform_frontier
+
+    frontier = uniform_frontier(relaxes, derived.profile, derived.device, derived.limits)
+    if not frontier:
+        return None
+    progress.log(f"[search] uniform grid: {len(frontier)} frontier candidates meet the contract; measured by KL to "
+                 "the parent")
+    with progress.task(label, total=min(len(frontier), budget_of(max_evals)), unit="candidate") as bar:
+        try:
+            return measured_uniform(frontier, select_kl, to_state, max_evals, search_tokens, progress.log,
+                                    bar.advance)
+        except ValueError:  # none of them expressible in this supernet
+            return None
+
+
 def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, max_evals: int, search_tokens: int,
                      log: Callable[[str], None] = lambda m: None,
                      tick: Callable[[], None] = lambda: None) -> tuple[object, float, dict, list]:

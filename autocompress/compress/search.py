@@ -1,8 +1,9 @@
 """Choosing the architecture: cvxpy starting point with measured importance, then per strategy
 
     autocompress    router v2's decode (``joint_search.run_router_v2``), the cvxpy start and the
-                    uniform point as seeds, the measured greedy, the measured choice (the default:
-                    the ablation's best arm, ``bench/results/search_ablation.md``)
+                    uniform point as seeds, the measured greedy; the measured choice among its
+                    candidates and the uniform grid's frontier, measured as strategy uniform
+                    measures it (the default: ``bench/results/search_ablation.md``)
     greedy          the same with router v1's decode as the router's seed (the default until
                     2026-12-05; v1 never moved from the cvxpy start in a measured run)
     router          router v2 alone: router and supernet temporaries trained together (``joint_search``)
@@ -202,7 +203,11 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     # the measured forwards are independent: under a launcher they are split over the ranks
     ref = refine(tables, seeds, search_kl, select_kl, refine_cfg, log, dist.map_shared, progress, palette_seeds)
     t_ref = time.perf_counter() - t_ref
-    arch, how, ranked = final_choice(ref.candidates, net, spec, derived, relaxes, feas, log, select_kl)
+    candidates = list(ref.candidates)
+    if settings.strategy == "autocompress":  # the uniform arm's measured candidates join the pool
+        extra, out["uniform_frontier"] = _frontier_candidates(relaxes, derived, net, select_kl, settings, progress)
+        candidates += extra
+    arch, how, ranked = final_choice(candidates, net, spec, derived, relaxes, feas, log, select_kl)
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
     out["how"] = how
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
@@ -210,7 +215,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
         record["final_kl"] = round(select_kl(net.indices_of(arch)), 4)
     out["search"] = record
     out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq,
-                     "candidates": [candidate_json(c, net, spec.target.tensor_parallel) for c in ref.candidates]}
+                     "candidates": [candidate_json(c, net, spec.target.tensor_parallel) for c in candidates]}
     return out
 
 
@@ -309,29 +314,39 @@ def _measured_uniform(out, spec, swept, derived, family, permuted, cfg, teacher,
                       parent_arch, progress) -> dict:
     """Strategy uniform (the fair Minitron++ arm, ``compress.baseline``): the grid's frontier
     candidates, all meeting the contract, chosen by the KL autocompress's final choice uses."""
-    from autocompress.compress.baseline import budget_of, measured_uniform
-    from autocompress.feasibility.uniform import uniform_frontier
+    from autocompress.compress.baseline import measure_frontier
 
     sp, variant = derived.space, swept.parent
     vimp = imp.for_variant(parent_arch, variant)
     relaxes = {d: Relaxation(variant, d, spec, derived.profile, derived.device, sp, vimp, derived.limits)
                for d in sp.hidden_grid}
-    frontier = uniform_frontier(relaxes, derived.profile, derived.device, derived.limits)
-    if not frontier:
-        raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model; "
-                             "use `strategy autocompress`")
     net = family.supernet(permuted, cfg, sp, variant)
     _, select_kl = _measures(net, teacher, train_rows, settings)
-    progress.log(f"[search] strategy uniform: Minitron-style grid, {len(frontier)} frontier candidates meet the "
-                 "contract; measured choice by KL to the parent")
-    max_evals = RefineConfig().max_evals
-    with progress.task("baseline: measure candidates", total=min(len(frontier), budget_of(max_evals)),
-                       unit="candidate") as bar:
-        arch, kl, entry, ranked = measured_uniform(frontier, select_kl, net.indices_of, max_evals,
-                                           settings.search_batch * settings.search_seq, progress.log, bar.advance)
+    measured = measure_frontier(relaxes, derived, net.indices_of, select_kl, settings.search_batch * settings.search_seq,
+                                RefineConfig().max_evals, progress, "baseline: measure candidates")
+    if measured is None:
+        raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model; "
+                             "use `strategy autocompress`")
+    arch, kl, entry, ranked = measured
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
     out["how"] = (f"uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model; measured choice "
                   f"among {entry['forwards']} frontier candidates: KL {kl:.3f}")
     out["refine"] = entry
     return out
+
+
+def _frontier_candidates(relaxes, derived, net, select_kl, settings, progress) -> tuple[list, dict | None]:
+    """The default's share of the uniform arm's information: the uniform grid's frontier measured
+    as strategy uniform measures it (same candidates, rows, budget), as ``refine.Scored``
+    candidates ranked beside the greedy's, and the record of that measurement (None: no frontier)."""
+    from autocompress.compress.baseline import measure_frontier
+    from autocompress.compress.refine import Scored
+
+    measured = measure_frontier(relaxes, derived, net.indices_of, select_kl, settings.search_batch * settings.search_seq,
+                                RefineConfig().max_evals, progress, "search: uniform frontier")
+    if measured is None:
+        return [], None
+    _, _, entry, ranked = measured
+    return [Scored(name, net.indices_of(arch), kl) for name, kl, arch in ranked], {
+        k: entry[k] for k in ("forwards", "tokens", "seconds", "frontier", "skipped")}
