@@ -27,7 +27,8 @@ runs, ratio errors do not.
 
 ``--workloads NAME ...``: measure only these calibration workloads (``shared``: the c = 12 serve
 workload a change to the serve loop touches) and score only them; the fit still reads every
-workload of ``--calibration-from``. A quarter of the engine time for one workload.
+workload of ``--calibration-from``. Each engine run then samples one workload instead of four
+(its start-up is the same).
 
 ``--pause PATTERN``: SIGSTOP processes whose command line matches PATTERN during the run (a
 background job on a shared host), SIGCONT at the end.
@@ -142,6 +143,8 @@ def main() -> int:
     old = None
     if args.calibration_from:
         d = json.loads(Path(args.calibration_from).read_text())
+        if d["models"].get("workloads") not in (None, [w["name"] for w in workload_dicts()]):
+            sys.exit(f"{args.calibration_from} measured only {d['models']['workloads']}: the fit needs every workload")
         if d["models"]["calibration"] != [a.name for a in cal]:
             sys.exit(f"{args.calibration_from}: calibration models {d['models']['calibration']} are not this "
                      f"version's {[a.name for a in cal]}")
@@ -196,6 +199,9 @@ def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
                    seconds, "the parent")
     lines += [
              f"Calibration: {', '.join(out['models']['calibration'])}. Held out: {', '.join(out['models']['heldout'])}.",
+             *([f"**Workloads measured and scored: {', '.join(out['models']['workloads'])} only** (`--workloads`); "
+                "the fit reads every workload of the calibration run, and the errors below are of these workloads "
+                "alone.", ""] if args.workloads else []),
              *([f"The calibration models were measured in an earlier run (`{args.calibration_from}`) and fit "
                 "from their ratios to the parent; absolute errors include the host's drift between the two runs.", ""]
                if args.calibration_from else []),

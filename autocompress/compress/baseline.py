@@ -48,8 +48,12 @@ def measure_frontier(relaxes: dict, derived, to_state: Callable, select_kl: Call
         try:
             return measured_uniform(frontier, select_kl, to_state, max_evals, search_tokens, progress.log,
                                     bar.advance)
-        except ValueError:  # none of them expressible in this supernet
+        except NothingMeasured:  # none of them expressible in this supernet (any other error propagates)
             return None
+
+
+class NothingMeasured(ValueError):
+    """No frontier candidate was expressible in the supernet (``measured_uniform``)."""
 
 
 def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, max_evals: int, search_tokens: int,
@@ -88,7 +92,7 @@ def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, ma
         log(f"[baseline] {name}: KL {kl:.3f} (prior {prior:.4g})")
         tick()
     if not scored:
-        raise ValueError("no uniform candidate could be measured on this supernet")
+        raise NothingMeasured("no uniform candidate could be measured on this supernet")
     best = min(scored, key=lambda c: c["kl"])
     top_prior = scored[0]
     log(f"[baseline] measured choice: {best['name']}, KL {best['kl']:.3f} "

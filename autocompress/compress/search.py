@@ -211,7 +211,7 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     if settings.strategy == "autocompress":  # the uniform arm's measured candidates join the pool
         from autocompress.compress.uniform_choice import frontier_candidates
 
-        extra, out["uniform_frontier"] = frontier_candidates(relaxes, derived, net, select_kl, settings, progress)
+        extra, frontier = frontier_candidates(relaxes, derived, net, select_kl, settings, progress, candidates)
         candidates += extra
     arch, how, ranked = final_choice(candidates, net, spec, derived, relaxes, feas, log, select_kl)
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))  # against the parent, globals included
@@ -222,6 +222,8 @@ def choose_architecture(spec, parent_arch, derived, importance_path, permuted, c
     out["search"] = record
     out["refine"] = {"forwards": ref.evals, "seconds": round(t_ref, 1), "tokens": 4 * settings.search_batch * settings.search_seq,
                      "candidates": [candidate_json(c, net, spec.target.tensor_parallel) for c in candidates]}
+    if settings.strategy == "autocompress":  # its forwards and seconds, apart from the greedy's
+        out["refine"]["uniform_frontier"] = frontier
     return out
 
 

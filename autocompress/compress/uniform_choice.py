@@ -70,8 +70,8 @@ def measured_uniform_choice(out, spec, swept, derived, family, permuted, cfg, te
     measured = measure_frontier(relaxes, derived, net.indices_of, select_kl, settings.search_batch * settings.search_seq,
                                 RefineConfig().max_evals, progress, "baseline: measure candidates")
     if measured is None:
-        raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model; "
-                             "use `strategy autocompress`")
+        raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model "
+                             "and fits this parent's supernet; use `strategy autocompress`")
     arch, kl, entry, ranked = measured
     out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
     out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
@@ -81,10 +81,12 @@ def measured_uniform_choice(out, spec, swept, derived, family, permuted, cfg, te
     return out
 
 
-def frontier_candidates(relaxes, derived, net, select_kl, settings, progress) -> tuple[list, dict | None]:
+def frontier_candidates(relaxes, derived, net, select_kl, settings, progress, have=()) -> tuple[list, dict | None]:
     """The default's share of the uniform arm's information: the uniform grid's frontier measured
     as strategy uniform measures it (same candidates, rows, budget), as ``refine.Scored``
-    candidates ranked beside the greedy's, and the record of that measurement (None: no frontier)."""
+    candidates ranked beside the greedy's, and the record of that measurement (None: no frontier).
+    A frontier point already among ``have`` (the greedy's candidates; the uniform grid seed is
+    one) is not listed twice: the report keeps the greedy's name for it."""
     from autocompress.compress.baseline import measure_frontier
     from autocompress.compress.refine import Scored
 
@@ -93,5 +95,9 @@ def frontier_candidates(relaxes, derived, net, select_kl, settings, progress) ->
     if measured is None:
         return [], None
     _, _, entry, ranked = measured
-    return [Scored(name, net.indices_of(arch), kl) for name, kl, arch in ranked], {
-        k: entry[k] for k in ("forwards", "tokens", "seconds", "frontier", "skipped")}
+    seen = {c.state for c in have}
+    # select_kl caches by state: the exact value, not the entry's rounded one, ranks it beside the greedy's
+    out = [Scored(name, state, select_kl(state)) for name, _, arch in ranked
+           if (state := net.indices_of(arch)) not in seen]
+    return out, {**{k: entry[k] for k in ("forwards", "tokens", "seconds", "frontier", "skipped")},
+                 "listed": len(out)}

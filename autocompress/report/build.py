@@ -97,6 +97,16 @@ def shortlist_markdown(sl: dict | None, how_search: str | None = None, whose: st
     return out
 
 
+def frontier_note(f: dict | None) -> str:
+    """The default's uniform frontier in the candidates' heading: its own forwards and time, beside
+    the greedy's (``compress.uniform_choice.frontier_candidates``)."""
+    if not f:
+        return ""
+    return (f"; then the uniform grid's frontier, measured as the uniform arm measures it: {f['forwards']} of its "
+            f"{f['frontier']} candidates, {f['tokens']} tokens, {f['seconds']} s; {f.get('listed', f['forwards'])} "
+            "listed here, the rest are points the greedy already had")
+
+
 def render_build_markdown(r: dict) -> str:
     a, p = r["architecture"], r["parent_architecture"]
     out = [f"## autocompress build: `{r['spec']}` ({r['strategy']})", "",
@@ -112,7 +122,8 @@ def render_build_markdown(r: dict) -> str:
     if ref:
         out += ["", f"### Candidates (KL to the parent before distillation, measured on {ref.get('tokens', '?')} "
                     f"training tokens the greedy never saw; {ref['forwards']} forwards"
-                    + (f", {ref['seconds']} s" if ref.get("seconds") is not None else "") + ")", "",
+                    + (f", {ref['seconds']} s" if ref.get("seconds") is not None else "")
+                    + frontier_note(ref.get("uniform_frontier")) + ")", "",
                 "| candidate | hidden | attention | FFN | FFN widths | GEMM shapes | KL |",
                 "|---|---|---|---|---|---|---|"]
         out += [f"| {c['name']} | {c['hidden']} | {c['attention']} | {c['ffn']} | {c.get('ffn_widths', '-')} | "

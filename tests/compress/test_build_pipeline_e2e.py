@@ -218,6 +218,10 @@ def test_the_chosen_architecture_is_the_measured_best_candidate(built):
     assert report["how"].startswith(f"short-distillation choice among {len(rows)} finalists")
     md = (result.output / "autocompress-report.md").read_text()
     assert "### Candidates" in md and "### Finalists" in md and "**chosen**" in md
+    # the uniform frontier, measured as the uniform arm measures it, ranked with the rest, once each
+    front = report["refine"]["uniform_frontier"]
+    assert front["forwards"] >= 1 and front["listed"] == sum(n.startswith("uniform: hidden") for n in names)
+    assert len(names) == len(set(names)) and "the uniform grid's frontier, measured as the uniform arm" in md
 
 
 _TOKENIZER = NO_AUTOCOMPRESS + textwrap.dedent(

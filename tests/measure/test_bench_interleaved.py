@@ -121,4 +121,12 @@ def test_fidelity_on_one_workload_measures_it_alone_and_fits_on_all(tmp_path, mo
     assert seen["workloads"] == ["shared"] and seen["fit"] == {"short", "long", "concurrent", "shared"}
     data = json.loads((out.parent / "fid.json").read_text())
     assert data["models"]["workloads"] == ["shared"]
-    assert "--workloads shared" in (out.parent / "fid.md").read_text()
+    md = (out.parent / "fid.md").read_text()
+    assert "--workloads shared" in md and "Workloads measured and scored: shared only" in md
+    # such a run cannot be the calibration of another: its fit would miss three workloads
+    part = json.loads((ROOT / "bench/results/costmodel_fidelity-interleaved-0d9bba8.json").read_text())
+    part["models"]["workloads"] = ["shared"]
+    (tmp_path / "part.json").write_text(json.dumps(part))
+    monkeypatch.setattr(sys, "argv", argv + ["--calibration-from", str(tmp_path / "part.json")])
+    with pytest.raises(SystemExit, match="the fit needs every workload"):
+        mod.main()
