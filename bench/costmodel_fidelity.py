@@ -61,25 +61,6 @@ def pause(pattern: str | None, sig: str) -> None:
             pass
 
 
-def measure_only(names: list[str], archs, target, weights, root: Path, threads, passes: int):
-    """``calibration.measure_sets`` on the calibration workloads ``names`` alone: the same models,
-    engine settings (derived from every workload, as a profile run derives them) and interleaving."""
-    from autocompress.measure.calibration import workload_dicts, workloads
-    from autocompress.measure.engines.base import derive_limits
-    from autocompress.measure.interleave import measure_interleaved
-    from autocompress.measure.synth import synthetic_folder
-
-    wls = [w for w in workload_dicts() if w["name"] in names]
-    if {w["name"] for w in wls} != set(names):
-        sys.exit(f"--workloads: {sorted(set(names) - {w['name'] for w in wls})} are not calibration workloads "
-                 f"({[w['name'] for w in workload_dicts()]})")
-    limits = {a.name: derive_limits(a, target, workloads(), threads=threads) for a in archs}
-    models = {a.name: synthetic_folder(a, weights, root / "models") for a in archs}
-    inter = measure_interleaved(models, archs[0].name, target, wls, limits, root / "requests", passes=passes,
-                                threads=threads, journal=root / "requests" / "journal.jsonl")
-    return inter, limits, wls
-
-
 def equal_cost_uniform(hetero, parent, profile, target):
     """The uniform architecture (full attention, one FFN width) whose predicted TPOT on the
     calibration's short workload equals ``hetero``'s (bisection over the width, 64-channel grid)."""
@@ -131,6 +112,9 @@ def main() -> int:
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.measure.calibration import measure_sets, normalized_rows, workload_dicts, workloads
+    known = [w["name"] for w in workload_dicts()]
+    if set(args.workloads or ()) - set(known):
+        sys.exit(f"--workloads: {sorted(set(args.workloads) - set(known))} are not calibration workloads ({known})")
     from autocompress.measure.fit import errors, fit_profile, ratio_errors, summary
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import Interleaved
@@ -155,12 +139,8 @@ def main() -> int:
     t0 = time.perf_counter()
     pause(args.pause, "STOP")
     try:
-        if args.workloads:
-            inter, limits, wls = measure_only(args.workloads, measured_now, target, weights, Path(args.root),
-                                              args.threads, args.passes)
-        else:
-            inter, limits, wls = measure_sets(measured_now, target, weights, Path(args.root), args.threads,
-                                              passes=args.passes)
+        inter, limits, wls = measure_sets(measured_now, target, weights, Path(args.root), args.threads,
+                                          passes=args.passes, only=args.workloads)
     finally:
         pause(args.pause, "CONT")
     rows = normalized_rows(inter, measured_now, limits, wls)

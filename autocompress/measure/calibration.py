@@ -86,15 +86,17 @@ def normalized_rows(inter, archs: list[Architecture], limits: dict, wls: list[di
 
 
 def measure_sets(archs: list[Architecture], target, tokenizer_dir, root: Path, threads: int | None = None,
-                 quick: bool = False, passes: int = 1, log=print, progress=None):
+                 quick: bool = False, passes: int = 1, log=print, progress=None, only: list[str] | None = None):
     """Every architecture measured interleaved with the first (the parent): (``Interleaved``,
     limits per model, workload dicts). Each model runs with the engine settings its export
-    recommends (``derive_limits``); threads and scheduler budgets are the same for all."""
+    recommends (``derive_limits``, from every workload); threads and scheduler budgets are the same
+    for all. ``only``: measure these calibration workloads alone (``bench/costmodel_fidelity.py
+    --workloads``)."""
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import measure_interleaved
     from autocompress.measure.synth import synthetic_folder
 
-    wls = workload_dicts(quick)
+    wls = [w for w in workload_dicts(quick) if only is None or w["name"] in only]
     limits = {a.name: derive_limits(a, target, workloads(), threads=threads) for a in archs}
     models = {}
     for a in archs:
