@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""The search ablation (issue 14): four arms, the same distillation budget and seeds afterwards.
+"""The search ablation (issue 14): five arms, the same distillation budget and seeds afterwards.
 
     (a) router         router v2 alone (router and low-rank supernet temporaries trained by KD)
     (b) greedy         the measured greedy with router v1's seed, the default until 2026-12-05
     (c) router-refine  router v2, then the measured greedy from its decode
     (d) uniform        the fair uniform arm (Minitron++: the grid's frontier, measured choice)
-    (e) autocompress   arm b with router v2's decode as the router's seed in place of v1's (the
-                       default since 2026-12-05, when this ablation made it so)
+    (e) autocompress   arm b with router v2's decode as the router's seed in place of v1's, and
+                       the uniform grid's frontier (arm d's candidates, measured as arm d measures
+                       them) among its candidates (the default since 2026-12-05, when this
+                       ablation made it so; the frontier since 2026-12-06)
 
 For each contract (the example scenarios, rewritten with one distillation budget) and seed, one
 `acc build` per arm, all in one stage folder (``--work``): importance, teacher outputs and the

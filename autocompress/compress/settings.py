@@ -75,7 +75,8 @@ def derive_build(spec) -> BuildSettings:
     temperature = pick("router v2 temperature", s.temperature if s else None, 1.0,
                        "Gumbel-softmax start, annealed geometrically to 1/20 of it over the steps")
     # the final choice (compress/shortlist.py): KL before distillation picked the best model after 20
-    # distillation steps on none of 3 contracts measured (bench/results/kl_rank_correlation.md), so
+    # distillation steps (held-out code KL) on none of the 4 contracts measured
+    # (bench/results/kl_rank_correlation.md), so
     # the least-KL candidates are distilled briefly and compared after, as Minitron does
     finalists = pick("finalists", s.finalists if s else None, 4,
                      "the candidates of least KL before distillation, each distilled briefly; the least KL after "

@@ -59,16 +59,13 @@ def measured_uniform_choice(out, spec, swept, derived, family, permuted, cfg, te
                             parent_arch, progress) -> dict:
     """Strategy uniform (the fair Minitron++ arm, ``compress.baseline``): the grid's frontier
     candidates, all meeting the contract, chosen by the KL autocompress's final choice uses."""
-    from autocompress.compress.baseline import measure_frontier
-
     sp, variant = derived.space, swept.parent
     vimp = imp.for_variant(parent_arch, variant)
     relaxes = {d: Relaxation(variant, d, spec, derived.profile, derived.device, sp, vimp, derived.limits)
                for d in sp.hidden_grid}
     net = family.supernet(permuted, cfg, sp, variant)
     _, select_kl = _measures(net, teacher, train_rows, settings)
-    measured = measure_frontier(relaxes, derived, net.indices_of, select_kl, settings.search_batch * settings.search_seq,
-                                RefineConfig().max_evals, progress, "baseline: measure candidates")
+    measured = _frontier(relaxes, derived, net, select_kl, settings, progress, "baseline: measure candidates")
     if measured is None:
         raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model "
                              "and fits this parent's supernet; use `strategy autocompress`")
@@ -87,11 +84,9 @@ def frontier_candidates(relaxes, derived, net, select_kl, settings, progress, ha
     candidates ranked beside the greedy's, and the record of that measurement (None: no frontier).
     A frontier point already among ``have`` (the greedy's candidates; the uniform grid seed is
     one) is not listed twice: the report keeps the greedy's name for it."""
-    from autocompress.compress.baseline import measure_frontier
     from autocompress.compress.refine import Scored
 
-    measured = measure_frontier(relaxes, derived, net.indices_of, select_kl, settings.search_batch * settings.search_seq,
-                                RefineConfig().max_evals, progress, "search: uniform frontier")
+    measured = _frontier(relaxes, derived, net, select_kl, settings, progress, "search: uniform frontier")
     if measured is None:
         return [], None
     _, _, entry, ranked = measured
@@ -101,3 +96,13 @@ def frontier_candidates(relaxes, derived, net, select_kl, settings, progress, ha
            if (state := net.indices_of(arch)) not in seen]
     return out, {**{k: entry[k] for k in ("forwards", "tokens", "seconds", "frontier", "skipped")},
                  "listed": len(out)}
+
+
+def _frontier(relaxes, derived, net, select_kl, settings, progress, label):
+    """``baseline.measure_frontier`` with the budget both callers must share: the greedy's
+    refinement budget (``RefineConfig.max_evals`` search forwards of search batch x search tokens),
+    so the uniform arm and the default's frontier candidates measure the same candidates."""
+    from autocompress.compress.baseline import measure_frontier
+
+    return measure_frontier(relaxes, derived, net.indices_of, select_kl, settings.search_batch * settings.search_seq,
+                            RefineConfig().max_evals, progress, label)
