@@ -51,9 +51,9 @@ def rebuilt(path: str, target, parent):
     cal, held, _, _ = model_sets(parent, shipped, target, d["models"].get("heldout_seed") or 0)
     archs = [a for a in cal + held if a.name in inter.ratio]
     limits = {a.name: derive_limits(a, target, workloads(), threads=2) for a in archs}
-    only = d["models"].get("workloads")  # a `costmodel_fidelity.py --workloads` run measured these alone
-    wls = [w for w in workload_dicts(False) if only is None or w["name"] in only]
-    rows = {r["arch"].name: r for r in normalized_rows(inter, archs, limits, wls)}
+    # a `costmodel_fidelity.py --workloads` run measured only its workloads
+    rows = {r["arch"].name: r for r in normalized_rows(inter, archs, limits,
+                                                       workload_dicts(False, d["models"].get("workloads")))}
     return rows, inter, d
 
 

@@ -43,10 +43,13 @@ def workloads() -> list[Workload]:
     return [w for w, _, _ in WORKLOADS]
 
 
-def workload_dicts(quick: bool = False) -> list[dict]:
+def workload_dicts(quick: bool = False, only: list[str] | None = None) -> list[dict]:
+    """The calibration workloads as the engine runner takes them (``only``: these names alone, in
+    the calibration's order: a run that measured some of them, ``bench/costmodel_fidelity.py --workloads``)."""
     se, cap = (0.04, 15.0) if quick else (TARGET_SE, MAX_S)
     return [workload_dict(w, requests=r, warmup=u, target_se=se, max_s=cap) if w.mode == "serve" else
-            workload_dict(w, iterations=r, warmup=u, target_se=se, max_s=cap) for w, r, u in WORKLOADS]
+            workload_dict(w, iterations=r, warmup=u, target_se=se, max_s=cap) for w, r, u in WORKLOADS
+            if only is None or w.name in only]
 
 
 def calibration_sets(parent: Architecture, quick: bool = False) -> tuple[list[Architecture], list[Architecture]]:
@@ -96,7 +99,7 @@ def measure_sets(archs: list[Architecture], target, tokenizer_dir, root: Path, t
     from autocompress.measure.interleave import measure_interleaved
     from autocompress.measure.synth import synthetic_folder
 
-    wls = [w for w in workload_dicts(quick) if only is None or w["name"] in only]
+    wls = workload_dicts(quick, only)
     limits = {a.name: derive_limits(a, target, workloads(), threads=threads) for a in archs}
     models = {}
     for a in archs:
