@@ -35,8 +35,36 @@ from _interleaved import parent_of, target as bench_target  # noqa: E402
 from kl_rank_correlation import spearman  # noqa: E402  (one rank correlation for the bench scripts)
 
 
-def rebuilt(path: str, target, parent):
-    """(rows by name, Interleaved, the JSON) of a stored run, its architectures regenerated."""
+def merged(inters: list):
+    """One Interleaved from several runs of the same models (``--add-run``): their run lists one after
+    another, and every model's ratio the mean over all its (run, reference before, after) triples,
+    its spread their max - min, as ``measure_interleaved`` does for passes within one run. Each
+    triple is drift-free on its own, so runs made hours apart combine like passes."""
+    from autocompress.measure.interleave import METRICS, Interleaved
+
+    ref = inters[0].reference
+    if any(i.reference != ref for i in inters):
+        sys.exit("--add-run: the runs have different references")
+    out = Interleaved(ref, runs=[r for i in inters for r in i.runs])
+    out.absolute[ref] = {w: {k: statistics.fmean(i.absolute[ref][w][k] for i in inters) for k in METRICS}
+                         for w in inters[0].absolute[ref]}
+    out.ratio[ref] = inters[0].ratio[ref]
+    out.spread[ref] = {w: {k: 0.0 for k in METRICS} for w in inters[0].absolute[ref]}
+    for name, ts in triples_of(out).items():
+        out.absolute[name], out.ratio[name], out.spread[name] = {}, {}, {}
+        for w in ts[0][0]:
+            rs = {k: [g[w][k] / ((b[w][k] + a[w][k]) / 2) for g, b, a in ts] for k in METRICS}
+            out.absolute[name][w] = {k: statistics.fmean(g[w][k] for g, _, _ in ts) for k in METRICS}
+            out.ratio[name][w] = {k: statistics.fmean(v) for k, v in rs.items()}
+            out.spread[name][w] = {k: max(v) - min(v) for k, v in rs.items()}
+    out.peak_rss = {m: statistics.fmean(i.peak_rss[m] for i in inters if m in i.peak_rss)
+                    for m in {m for i in inters for m in i.peak_rss}}
+    return out
+
+
+def rebuilt(path: str, target, parent, more: tuple[str, ...] = ()):
+    """(rows by name, Interleaved, the JSON) of a stored run, its architectures regenerated;
+    ``more``: other runs of the same models, merged into it (``merged``)."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.measure.calibration import normalized_rows, workload_dicts, workloads
@@ -47,6 +75,10 @@ def rebuilt(path: str, target, parent):
     d = json.loads(Path(path).read_text())
     i = d["interleaved"]
     inter = Interleaved(i["reference"], i["absolute"], i["ratio"], i["spread"], i["peak_rss"], runs=i["runs"])
+    if more:
+        others = [json.loads(Path(m).read_text())["interleaved"] for m in more]
+        inter = merged([inter] + [Interleaved(o["reference"], o["absolute"], o["ratio"], o["spread"], o["peak_rss"],
+                                              runs=o["runs"]) for o in others])
     shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
     cal, held, _, _ = model_sets(parent, shipped, target, d["models"].get("heldout_seed") or 0)
     archs = [a for a in cal + held if a.name in inter.ratio]
@@ -130,6 +162,9 @@ def main() -> int:
     ap.add_argument("--scan", metavar="KEY=V1,V2,...",
                     help="diagnostic: also score the profile with one constant set to each value in turn (on the "
                          "held-out data itself, so it shows what a term could explain, never a fit)")
+    ap.add_argument("--add-run", action="append", default=[], metavar="JSON",
+                    help="another run of the same held-out models (e.g. --calibration-from the first, same "
+                         "--heldout-seed): each cell's ratio is the mean over both runs' triples, like two passes")
     ap.add_argument("--own-fit", action="store_true",
                     help="score the profile the run itself fitted (its JSON's 'fitted'), without refitting")
     ap.add_argument("--stable", type=float, default=0.05, metavar="X",
@@ -144,7 +179,7 @@ def main() -> int:
 
     target, (parent, _) = bench_target(), parent_of("smollm2-135m")
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
-    rows, inter, d = rebuilt(args.json, target, parent)
+    rows, inter, d = rebuilt(args.json, target, parent, tuple(args.add_run))
     cal_rows, _, cd = rebuilt(args.calibration_from, target, parent) if args.calibration_from else (rows, inter, d)
     if args.params or args.own_fit:  # constants the stored parameters predate are 0: the model without them
         p = {k: 0.0 for k in KERNEL_KEYS} | (own_params(d["fitted"]) if args.own_fit else

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kl_rank_correlation import spearman  # noqa: E402
+
+from autocompress.measure.fit import pct  # noqa: E402
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
 
@@ -37,9 +38,8 @@ def compare(a: dict, b: dict, workloads: set[str] | None = None) -> dict[tuple[s
             continue
         for k in METRICS:
             pairs = [(ra[m][w][k], rb[m][w][k]) for m in models if w in ra[m] and w in rb[m]]
-            diffs = sorted(abs(y / x - 1) for x, y in pairs)
-            out[(w, k)] = {"n": len(pairs), "median": statistics.median(diffs),
-                           "p95": diffs[min(len(diffs) - 1, round(0.95 * (len(diffs) - 1)))],
+            diffs = [abs(y / x - 1) for x, y in pairs]  # one percentile for every fidelity figure: the fit's
+            out[(w, k)] = {"n": len(pairs), "median": pct(diffs, 50), "p95": pct(diffs, 95),
                            "spearman": spearman([x for x, _ in pairs], [y for _, y in pairs])}
     return out
 

@@ -1,6 +1,7 @@
 """bench/fidelity_refit.py's diagnostics: the rank correlation (kl_rank_correlation's), the cells whose passes agree, the
 share of KV-reduced layers, and the run's own fit in the fitter's flat form."""
 
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -65,6 +66,26 @@ def test_triples_pair_each_model_run_with_its_neighbouring_references_and_disagr
     assert inter.ratio["A"]["short"]["tpot_s"] == 0.625  # the stored run is not changed
     ratio, kept = r.ref_agreeing(inter, 0.0)
     assert not kept[("A", "short", "tpot_s")] and kept[("B", "short", "tpot_s")]  # equal references agree at 0
+
+
+
+def test_two_runs_merge_like_two_passes_each_triple_against_its_own_references():
+    r = _refit()
+    from autocompress.measure.interleave import METRICS, Interleaved
+
+    def run(model, tpot):
+        return {"model": model, "medians": {"short": {k: tpot for k in METRICS}}}
+
+    def inter(runs):
+        ref = {"short": {k: statistics.fmean(x["medians"]["short"][k] for x in runs if x["model"] == "R") for k in METRICS}}
+        return Interleaved("R", {"R": ref}, {"R": {"short": {k: 1.0 for k in METRICS}}}, {}, {"R": 100, "A": 50}, runs=runs)
+    # run 1 (fast host): R 10, A 5, R 10 -> 0.5; run 2, hours later and slower: R 20, A 12, R 20 -> 0.6
+    m = r.merged([inter([run("R", 10.0), run("A", 5.0), run("R", 10.0)]),
+                  inter([run("R", 20.0), run("A", 12.0), run("R", 20.0)])])
+    assert m.ratio["A"]["short"]["tpot_s"] == pytest.approx(0.55)  # the host's change between runs cancels
+    assert m.spread["A"]["short"]["tpot_s"] == pytest.approx(0.1)
+    assert m.absolute["A"]["short"]["tpot_s"] == pytest.approx(8.5) and m.absolute["R"]["short"]["tpot_s"] == 15.0
+    assert len(m.runs) == 6 and m.peak_rss == {"R": 100, "A": 50}
 
 
 def _terms():
