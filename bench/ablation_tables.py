@@ -28,12 +28,27 @@ def paired_rows(rows: list[dict], docs: dict[tuple, list | None]) -> None:
     documents (``accuracy.paired``), where both runs have their documents (``run_docs``)."""
     from autocompress.accuracy.paired import paired_difference
 
+    by = {(r["contract"], r["seed"], r["arm"]): r for r in rows}
     for r in rows:
         for ref, key in (("d", "minus_uniform"), ("b", "minus_greedy")):
             a, b = docs.get((r["contract"], r["seed"], r["arm"])), docs.get((r["contract"], r["seed"], ref))
             if r["arm"] != ref and a and b:
                 diff = paired_difference(a, b)
                 r[key] = {"diff": diff["diff"], "stderr": diff["stderr"]}
+            elif r["arm"] != ref and not r.get(key) and (o := by.get((r["contract"], r["seed"], ref))) \
+                    and (u := unpaired(r, o)):
+                r[key] = u
+
+
+def unpaired(a: dict, b: dict) -> dict | None:
+    """``a``'s eight-benchmark mean minus ``b``'s where their documents' rows are not both at hand
+    (a run made on another machine, whose stage folder is gone): the difference of the means with
+    SE sqrt(SE_a^2 + SE_b^2). The runs score the same documents, so their scores correlate and this
+    SE overstates the paired one (about 2 points on the ablation's rows, against 1.0-1.7 paired); marked ``unpaired``."""
+    sa, sb = ((x.get("accuracy") or {}).get("summary") or {} for x in (a, b))
+    if sa.get("mean") is None or sb.get("mean") is None:
+        return None
+    return {"diff": sa["mean"] - sb["mean"], "stderr": (sa["stderr"] ** 2 + sb["stderr"] ** 2) ** 0.5, "unpaired": True}
 
 
 def pooled(rows: list[dict], docs: dict[tuple, list | None]) -> list[dict]:
@@ -181,13 +196,14 @@ def render(rows: list[dict], meta: dict) -> str:
            "each names its commit and time; the last command: " + meta["command"], "",
            "minus (d) / minus (b), paired: the arm's eight-benchmark mean minus the fair uniform arm's / today's "
            "greedy's on the same documents, in points, ± the SE of that paired difference "
-           "(`autocompress.accuracy.paired`).", "",
+           "(`autocompress.accuracy.paired`); `u`: unpaired, where the other run's documents are not in this "
+           "machine's stage folder (the difference of the two means, a wider SE; `ablation_tables.unpaired`).", "",
            "| contract | seed | arm | strategy | 8-bench mean | minus (d), paired | minus (b), paired | ppl code | "
            "ppl prose | KL code | search s | hidden | attn kept | FFN kept | mean FFN | params M | bounds | made at |",
            "|" + "---|" * 18]
 
-    def paired(m):
-        return f"{100 * m['diff']:+.1f} ± {100 * m['stderr']:.1f}" if m else "-"
+    def paired(m):  # "u": unpaired (``unpaired``), the other run's documents were not at hand
+        return f"{100 * m['diff']:+.1f} ± {100 * m['stderr']:.1f}{' u' if m.get('unpaired') else ''}" if m else "-"
     for r in rows:
         c = r["capacity"]
         out.append(f"| {r['contract']} | {r['seed']} | {r['arm']} | {r['strategy']} | {f(r['accuracy_mean'], '.3f')} | "

@@ -45,11 +45,25 @@ V2_ARMS = ("router", "router-refine", "autocompress")  # strategies that run rou
 ARMS = (("a", "router"), ("b", "greedy"), ("c", "router-refine"), ("d", "uniform"), ("e", "autocompress"))
 
 
+CPU_PROFILE = ROOT / "bench" / "ablation_cpu_profile.json"
+
+
 def arm_spec(example_text: str, strategy: str, seed: int, steps: int, seq: int, search_tokens: int | None,
-             out: str, search_steps: int | None = None) -> str:
+             out: str, search_steps: int | None = None, cpu_profile: Path | None = CPU_PROFILE) -> str:
     """The example's contract (model, target, workloads, its data and evaluation sizes) with the
-    ablation's search and distillation budget (one-line ``search`` / ``distill`` sections)."""
+    ablation's search and distillation budget (one-line ``search`` / ``distill`` sections).
+
+    ``cpu_profile``: a ``hardware cpu`` target gets this profile, so its budget is the same on every
+    machine. Without it `acc build` uses the machine's own calibration, and the host contract's
+    memory margin, hence its budget, moves with the machine (112-114M parameters on the Intel Xeon
+    where the first rows were built, 132M on an AMD EPYC): rows built on two machines would not be
+    at equal cost. The committed file is the profile of the Intel machine those rows were built on
+    (``cpu-vllm-821aba6d3652``, a byte copy of its README build's,
+    ``results/cpu-vllm-readme/earlier-214cfce/profile-used.json``)."""
     lines = example_text.splitlines()
+    if cpu_profile is not None:  # after `hardware cpu`, inside the target block
+        lines = [x for ln in lines for x in ([ln, f'  profile "{Path(cpu_profile).resolve()}"']
+                                             if re.match(r"\s*hardware\s+cpu\s*$", ln) else [ln])]
     data = [m.group(0) for ln in lines if re.match(r"\s*distill\b", ln) for m in [re.search(r'data\s+"[^"]*"', ln)] if m]
     kept = [ln for ln in lines if not re.match(r"\s*(search|distill)\b|output\s+\"", ln)]
     tokens = f"  tokens {search_tokens} tokens" if search_tokens else ""
@@ -85,6 +99,7 @@ def row_of(report: dict) -> dict:
             "search_s": search_s, "capacity": capacity(report["architecture"]),
             "candidates": (report.get("refine") or {}).get("candidates"), "shortlist": report.get("shortlist"),
             "how_search": report.get("how_search"), "router": report.get("search"),
+            "profile": report["predicted"].get("profile"),
             "all_bounds_met": all(c["ok"] for c in report["predicted"]["checks"])}
 
 
@@ -118,7 +133,8 @@ def _merge(rows: list[dict], row: dict) -> list[dict]:
 
 
 def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None, work: Path, examples: Path,
-        progress=None, search_only: bool = False, search_steps: int | None = None) -> list[dict]:
+        progress=None, search_only: bool = False, search_steps: int | None = None,
+        cpu_profile: Path | None = CPU_PROFILE) -> list[dict]:
     """Build every (contract, seed, arm); returns the rows of ``work``/rows.json with these added
     (reports read from each output)."""
     from autocompress.compress.pipeline import run_build
@@ -133,7 +149,8 @@ def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None,
             for letter, strategy in arms:
                 name = f"{contract}-s{seed}-{letter}"
                 spec = specs / f"{name}.acspec"
-                spec.write_text(arm_spec(text, strategy, seed, steps, seq, search_tokens, name, search_steps))
+                spec.write_text(arm_spec(text, strategy, seed, steps, seq, search_tokens, name, search_steps,
+                                         cpu_profile))
                 _link_parent(examples, specs)
                 t0 = time.perf_counter()
                 if search_only:
@@ -148,6 +165,14 @@ def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None,
                 rows = _merge(rows, row)
                 saved.write_text(json.dumps(rows, indent=1))
     return rows
+
+
+def joined_rows(stored: list[dict], rows: list[dict]) -> list[dict]:
+    """``--with-rows``: the stored rows of the (contract, seed) pairs ``rows`` holds, less the arms
+    ``rows`` has (a run of this machine replaces the stored one)."""
+    have = {(r["contract"], int(r["seed"]), r["arm"]) for r in rows}
+    pairs = {(c, s) for c, s, _ in have}
+    return [r for r in stored if (r["contract"], int(r["seed"])) in pairs and (r["contract"], int(r["seed"]), r["arm"]) not in have]
 
 
 def _link_parent(examples: Path, specs: Path) -> None:
@@ -171,6 +196,13 @@ def main(argv=None) -> int:
     ap.add_argument("--examples", type=Path, default=ROOT / "examples")
     ap.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "search_ablation")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--cpu-profile", type=Path, default=CPU_PROFILE,
+                    help="the profile of a `hardware cpu` contract, the same budget on every machine (default: the "
+                         "one the first rows were built with); `none`: this machine's own calibration")
+    ap.add_argument("--with-rows", type=Path, metavar="JSON",
+                    help="a stored results JSON (another machine's): its rows of the (contract, seed) pairs this "
+                         "table holds join it where this table has no row of that arm; differences against them are "
+                         "unpaired (their documents are not in --work)")
     ap.add_argument("--table-only", action="store_true")
     ap.add_argument("--search-only", action="store_true", help="the search stage of each arm, no distillation")
     args = ap.parse_args(argv)
@@ -182,7 +214,9 @@ def main(argv=None) -> int:
     else:
         rows = run(args.contracts, args.seeds, arms, args.steps, args.seq, args.search_tokens, args.work,
                    args.examples, Progress(LineSink(lambda m: print(m, flush=True), every_s=30)), args.search_only,
-                   args.search_steps)
+                   args.search_steps, None if str(args.cpu_profile) == "none" else args.cpu_profile)
+    if args.with_rows:
+        rows = rows + joined_rows(json.loads(args.with_rows.read_text())["rows"], rows)
     docs = run_docs(rows, args.work)
     paired_rows(rows, docs)
     def of_rows(key, given):  # the table's budget as its rows were built (--table-only passes none)

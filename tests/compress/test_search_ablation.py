@@ -43,6 +43,28 @@ def test_arm_spec_keeps_the_contract_and_sets_one_budget():
     parse_spec(out, "x.acspec")  # a valid spec
 
 
+def test_a_host_contract_is_built_with_one_profile_on_every_machine():
+    """The host contract's budget comes from a `hardware cpu` profile; without a pinned one each
+    machine's own calibration sets it, and rows built on two machines are not at equal cost."""
+    bench = _bench()
+    text = (ROOT / "examples" / "cpu-vllm.acspec").read_text()
+    out = bench.arm_spec(text, "greedy", 1, 12, 64, None, "x")
+    target = out[out.index("target {"):out.index("}", out.index("target {"))]
+    assert f'profile "{bench.CPU_PROFILE.resolve()}"' in target and "hardware  cpu" in target
+    assert "profile" not in bench.arm_spec(text, "greedy", 1, 12, 64, None, "x", cpu_profile=None)
+    gpu = (ROOT / "examples" / "code-5070.acspec").read_text()
+    assert "profile" not in bench.arm_spec(gpu, "greedy", 1, 12, 64, None, "x")
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import load_profile
+    from autocompress.lang.api import parse_spec
+
+    assert parse_spec(out, "x.acspec").target.profile == str(bench.CPU_PROFILE.resolve())
+    prof = load_profile(bench.CPU_PROFILE, resolve_device("cpu"), "vllm")
+    assert prof.name == "cpu-vllm-821aba6d3652" and prof.source == "measured"
+    # the profile the first rows were built with, byte for byte
+    assert bench.CPU_PROFILE.read_bytes() == (
+        ROOT / "bench" / "results" / "cpu-vllm-readme" / "earlier-214cfce" / "profile-used.json").read_bytes()
+
 def test_four_arms_on_a_tiny_parent(tmp_path, project):
     bench = _bench()
     work, results = tmp_path / "work", tmp_path / "results"
@@ -162,6 +184,30 @@ def test_seeds_and_contracts_pool_document_by_document(tmp_path):
     assert "| all | a | a | 5 | 0.750 | +25.0 ± 25.0 (4) | +50.0 ± 28.9 (4) | 0.500 |" in md
     assert "- all: 8-bench: a (by 25.0); held-out KL: b (by 25.0%)" in md
     assert by[("all", "a")]["chance"] == pytest.approx(0.25) and "scores 25.0 on these documents" in md
+
+
+def test_a_run_without_its_documents_is_compared_unpaired_and_marked():
+    """A row made on another machine has no documents here: against it, the difference of the means
+    with both SEs, marked `u`; a stored paired difference is kept; a row lacking a summary gets none."""
+    tables = _bench("ablation_tables")
+
+    def row(arm, mean, se, **kw):
+        return {"contract": "npc-5080", "seed": 1, "arm": arm, "strategy": arm, "accuracy_mean": mean,
+                "accuracy": {"summary": {"mean": mean, "stderr": se}}, **kw}
+    stored = {"diff": 0.01, "stderr": 0.011}
+    rows = [row("b", 0.333, 0.014, minus_uniform=stored), row("c", 0.349, 0.0138), row("d", 0.358, 0.0139),
+            {"contract": "npc-5080", "seed": 1, "arm": "a", "accuracy": None}]
+    tables.paired_rows(rows, {})
+    c = rows[1]
+    assert c["minus_uniform"]["diff"] == pytest.approx(-0.009) and c["minus_uniform"]["unpaired"]
+    assert c["minus_uniform"]["stderr"] == pytest.approx((0.0138 ** 2 + 0.0139 ** 2) ** 0.5)
+    assert c["minus_greedy"]["diff"] == pytest.approx(0.016)
+    assert rows[0]["minus_uniform"] is stored and "minus_uniform" not in rows[3]
+    assert tables.unpaired(rows[3], rows[0]) is None
+    # --with-rows: a stored table's rows of the same (contract, seed) join, this machine's arms win
+    joined = _bench().joined_rows([row("b", 0.3, 0.01), row("c", 0.1, 0.01), dict(row("b", 0.3, 0.01), seed=0)],
+                                  [row("c", 0.349, 0.0138)])
+    assert [(r["arm"], r["seed"]) for r in joined] == [("b", 1)]
 
 
 def test_runoffs_list_each_run_whose_shortlist_went_to_one():
