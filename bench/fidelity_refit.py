@@ -40,7 +40,7 @@ def merged(inters: list):
     another, and every model's ratio the mean over all its (run, reference before, after) triples,
     its spread their max - min, as ``measure_interleaved`` does for passes within one run. Each
     triple is drift-free on its own, so runs made hours apart combine like passes."""
-    from autocompress.measure.interleave import METRICS, Interleaved
+    from autocompress.measure.interleave import METRICS, Interleaved, cell_stats
 
     ref = inters[0].reference
     if any(i.reference != ref for i in inters):
@@ -50,13 +50,8 @@ def merged(inters: list):
                          for w in inters[0].absolute[ref]}
     out.ratio[ref] = inters[0].ratio[ref]
     out.spread[ref] = {w: {k: 0.0 for k in METRICS} for w in inters[0].absolute[ref]}
-    for name, ts in triples_of(out).items():
-        out.absolute[name], out.ratio[name], out.spread[name] = {}, {}, {}
-        for w in ts[0][0]:
-            rs = {k: [g[w][k] / ((b[w][k] + a[w][k]) / 2) for g, b, a in ts] for k in METRICS}
-            out.absolute[name][w] = {k: statistics.fmean(g[w][k] for g, _, _ in ts) for k in METRICS}
-            out.ratio[name][w] = {k: statistics.fmean(v) for k, v in rs.items()}
-            out.spread[name][w] = {k: max(v) - min(v) for k, v in rs.items()}
+    for name, ts in triples_of(out).items():  # every triple of both runs, as passes of one run
+        out.absolute[name], out.ratio[name], out.spread[name] = cell_stats(ts, list(ts[0][0]))
     out.peak_rss = {m: statistics.fmean(i.peak_rss[m] for i in inters if m in i.peak_rss)
                     for m in {m for i in inters for m in i.peak_rss}}
     return out

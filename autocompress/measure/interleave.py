@@ -54,6 +54,21 @@ class Interleaved:
                 "peak_rss": self.peak_rss, "runs": self.runs, "seconds": round(self.seconds, 1)}
 
 
+def cell_stats(per_pass: list[tuple[dict, dict, dict]], wl_names) -> tuple[dict, dict, dict]:
+    """(absolute, ratio, spread) per workload and metric of one model from its (run, reference
+    before, reference after) medians, one triple per pass: the mean of its runs, the mean of its
+    ratios to the mean of each triple's two references, and their max - min."""
+    absolute, ratio, spread = {}, {}, {}
+    for w in wl_names:
+        absolute[w], ratio[w], spread[w] = {}, {}, {}
+        for k in METRICS:
+            rs = [g[w][k] / ((b[w][k] + a[w][k]) / 2) for g, b, a in per_pass]
+            absolute[w][k] = statistics.fmean(g[w][k] for g, _, _ in per_pass)
+            ratio[w][k] = statistics.fmean(rs)
+            spread[w][k] = max(rs) - min(rs)
+    return absolute, ratio, spread
+
+
 def medians(result: dict) -> dict:
     """workload -> metric -> value of one worker result."""
     return {m["workload"]: {k: m[k] for k in METRICS} for m in result["measurements"]}
@@ -164,14 +179,7 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
     wl_names = list(refs[0])
     for name in others:  # its (run, reference before, after) medians per pass, from the indices
         per_pass = [tuple(out.runs[i]["medians"] for i in t) for t in out.triples[name]]
-        out.absolute[name], out.ratio[name], out.spread[name] = {}, {}, {}
-        for w in wl_names:
-            out.absolute[name][w], out.ratio[name][w], out.spread[name][w] = {}, {}, {}
-            for k in METRICS:
-                rs = [g[w][k] / ((b[w][k] + a[w][k]) / 2) for g, b, a in per_pass]
-                out.absolute[name][w][k] = statistics.fmean(g[w][k] for g, _, _ in per_pass)
-                out.ratio[name][w][k] = statistics.fmean(rs)
-                out.spread[name][w][k] = max(rs) - min(rs)
+        out.absolute[name], out.ratio[name], out.spread[name] = cell_stats(per_pass, wl_names)
     out.absolute[reference] = {w: {k: statistics.fmean(r[w][k] for r in refs) for k in METRICS}
                                for w in wl_names}
     out.ratio[reference] = {w: {k: 1.0 for k in METRICS} for w in wl_names}
