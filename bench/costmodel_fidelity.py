@@ -132,8 +132,7 @@ def main() -> int:
         if d["models"]["calibration"] != [a.name for a in cal]:
             sys.exit(f"{args.calibration_from}: calibration models {d['models']['calibration']} are not this "
                      f"version's {[a.name for a in cal]}")
-        i = d["interleaved"]
-        old = Interleaved(i["reference"], i["absolute"], i["ratio"], i["spread"], i["peak_rss"], runs=i["runs"])
+        old = Interleaved.from_dict(d["interleaved"])
     pairs_cal = [a for a in cal if a.name in (hetero.name, "uniform-w768")] if old else []
     measured_now = ([cal[0]] + held + pairs_cal) if old else cal + held
     t0 = time.perf_counter()

@@ -68,12 +68,9 @@ def rebuilt(path: str, target, parent, more: tuple[str, ...] = ()):
     from costmodel_fidelity import model_sets
 
     d = json.loads(Path(path).read_text())
-    i = d["interleaved"]
-    inter = Interleaved(i["reference"], i["absolute"], i["ratio"], i["spread"], i["peak_rss"], runs=i["runs"])
+    inter = Interleaved.from_dict(d["interleaved"])
     if more:
-        others = [json.loads(Path(m).read_text())["interleaved"] for m in more]
-        inter = merged([inter] + [Interleaved(o["reference"], o["absolute"], o["ratio"], o["spread"], o["peak_rss"],
-                                              runs=o["runs"]) for o in others])
+        inter = merged([inter] + [Interleaved.from_dict(json.loads(Path(m).read_text())["interleaved"]) for m in more])
     shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
     cal, held, _, _ = model_sets(parent, shipped, target, d["models"].get("heldout_seed") or 0)
     archs = [a for a in cal + held if a.name in inter.ratio]

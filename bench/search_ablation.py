@@ -115,6 +115,7 @@ def search_row(spec: Path, work: Path, progress) -> dict:
     return {"strategy": p.settings.strategy, "how": chosen.get("how"), "accuracy_mean": None, "ppl": {}, "kl": {},
             "search_s": round(time.perf_counter() - t0, 1), "capacity": capacity(chosen["architecture"]),
             "candidates": (chosen.get("refine") or {}).get("candidates"), "router": chosen.get("search"),
+            "profile": p.derived.profile.name,  # as ``row_of``: the budget this row was searched under
             "all_bounds_met": True}  # final_choice returns only architectures the exact model accepts
 
 

@@ -53,6 +53,13 @@ class Interleaved:
         return {"reference": self.reference, "absolute": self.absolute, "ratio": self.ratio, "spread": self.spread,
                 "peak_rss": self.peak_rss, "runs": self.runs, "seconds": round(self.seconds, 1)}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Interleaved":
+        """A stored run (``as_dict``'s JSON) back: ratios, absolutes, spreads and the run order; the
+        worker results and the journal stay behind (the JSON has the runs' medians only)."""
+        return cls(d["reference"], d["absolute"], d["ratio"], d["spread"], d["peak_rss"], runs=d["runs"],
+                   seconds=d.get("seconds", 0.0))
+
 
 def cell_stats(per_pass: list[tuple[dict, dict, dict]], wl_names) -> tuple[dict, dict, dict]:
     """(absolute, ratio, spread) per workload and metric of one model from its (run, reference

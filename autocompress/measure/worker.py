@@ -1,6 +1,6 @@
 """One engine process: load a model, run workloads, write every measurement as JSON.
 
-    python -m autocompress.measure.worker REQUEST.json RESULT.json
+    python -m autocompress.measure.worker REQUEST.json RESULT.json [--commands]
 
 Each model is measured in a fresh process so that one model's memory (vLLM's libraries, its
 KV space, allocator caches) never counts against the next, and the whole-process peak resident
@@ -38,11 +38,37 @@ def emit(event: str, **fields) -> None:
     sys.stderr.flush()
 
 
-def run_request(req: dict) -> dict:
-    from autocompress.measure.engines.base import EngineLimits, RunSettings
+def run_workload(eng, w: dict, settings, seed: int) -> dict:
+    """One workload on a loaded engine: its ``Measurement`` as a dict, with ``other_cpu``."""
+    from autocompress.lang.model import Workload
+    from autocompress.measure.engines.base import RunSettings
+
+    wl = Workload(name=w["name"], concurrency=w["concurrency"], mode=w["mode"], input_tokens=w["input_tokens"],
+                  output_tokens=w["output_tokens"], prefix_cache=w.get("prefix_cache", 0.0))
+    s = RunSettings(warmup=w.get("warmup", settings.warmup), iterations=w.get("iterations", settings.iterations),
+                    requests=w.get("requests", settings.requests),
+                    target_se=w.get("target_se", settings.target_se), max_s=w.get("max_s", settings.max_s))
+    t0, (busy0, own0) = time.perf_counter(), _cpu_seconds()
+    emit("workload", name=wl.name, mode=wl.mode)
+    m = eng.run(wl, seed=seed, settings=s, tick=lambda done, total: emit("tick", done=done, total=total))
+    wall, (busy1, own1) = time.perf_counter() - t0, _cpu_seconds()
+    d = asdict(m)
+    # CPU used by other processes while this workload ran, in cores: a busy neighbour on a
+    # 2-core host slows OpenMP decoding several-fold, so such a run must be redone
+    d["other_cpu"] = max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall)
+    d["loadavg_after"] = os.getloadavg()[0]
+    return d
+
+
+def run_request(req: dict, commands=None) -> dict:
+    """Load the engine and run ``req``'s workloads. ``commands`` (an iterable of JSON lines, e.g.
+    stdin): after the workloads, keep the engine loaded and run one workload per line
+    (``{"workload": {...}, "out": PATH, "seed": N}``), writing each result to its ``out`` and then
+    emitting ``done``; an empty line or end of input ends it. This is ``measure.paired``'s engine:
+    two of them stay loaded and take turns every few seconds."""
     from autocompress.measure.engines.adapters import open_engine
-    from autocompress.measure.engines.base import peak_rss_bytes
-    from autocompress.lang.model import Target, Workload
+    from autocompress.measure.engines.base import EngineLimits, RunSettings, peak_rss_bytes
+    from autocompress.lang.model import Target
 
     target = Target(**req["target"])
     limits = EngineLimits(**req["limits"])
@@ -55,23 +81,16 @@ def run_request(req: dict) -> dict:
         out["load_s"] = round(time.perf_counter() - t0, 3)
         emit("loaded", seconds=out["load_s"])
         for w in req["workloads"]:
-            wl = Workload(name=w["name"], concurrency=w["concurrency"], mode=w["mode"], input_tokens=w["input_tokens"],
-                          output_tokens=w["output_tokens"], prefix_cache=w.get("prefix_cache", 0.0))
-            s = RunSettings(warmup=w.get("warmup", settings.warmup),
-                            iterations=w.get("iterations", settings.iterations),
-                            requests=w.get("requests", settings.requests),
-                            target_se=w.get("target_se", settings.target_se), max_s=w.get("max_s", settings.max_s))
-            t0, (busy0, own0) = time.perf_counter(), _cpu_seconds()
-            emit("workload", name=wl.name, mode=wl.mode)
-            m = eng.run(wl, seed=req.get("seed", 0), settings=s,
-                        tick=lambda done, total: emit("tick", done=done, total=total))
-            wall, (busy1, own1) = time.perf_counter() - t0, _cpu_seconds()
-            d = asdict(m)
-            # CPU used by other processes while this workload ran, in cores: a busy neighbour on a
-            # 2-core host slows OpenMP decoding several-fold, so such a run must be redone
-            d["other_cpu"] = max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall)
-            d["loadavg_after"] = os.getloadavg()[0]
-            out["measurements"].append(d)
+            out["measurements"].append(run_workload(eng, w, settings, req.get("seed", 0)))
+        for line in commands or ():
+            if not line.strip():
+                break
+            cmd = json.loads(line)
+            d = run_workload(eng, cmd["workload"], settings, cmd.get("seed", 0))
+            with open(cmd["out"] + ".tmp", "w") as f:
+                json.dump(d, f)
+            os.replace(cmd["out"] + ".tmp", cmd["out"])
+            emit("done", out=cmd["out"])
         out["block_size"] = getattr(eng, "block_size", None)
         out["num_kv_blocks"] = getattr(eng, "num_kv_blocks", None)
     out["peak_rss_bytes"] = peak_rss_bytes()  # VmHWM: the whole process
@@ -82,7 +101,7 @@ def run_request(req: dict) -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     req = json.loads(open(argv[0]).read())
-    res = run_request(req)
+    res = run_request(req, sys.stdin if "--commands" in argv[2:] else None)
     tmp = argv[1] + ".tmp"
     with open(tmp, "w") as f:
         json.dump(res, f)

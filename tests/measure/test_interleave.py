@@ -42,6 +42,20 @@ def test_ratios_cancel_a_drift_that_absolute_numbers_do_not():
     assert abs(res.absolute["A"]["w"]["tpot_s"] / 1.1 - 1) > 0.1  # the absolute value carries the drift
 
 
+def test_a_stored_run_reads_back_as_it_was_written():
+    """``Interleaved.from_dict`` is ``as_dict``'s inverse (through JSON, as the bench scripts read it)."""
+    import json
+
+    from autocompress.measure.interleave import Interleaved
+
+    run, _ = fake_runner({"R": 1.0, "A": 1.3}, lambda i: 1.0 + 0.1 * i)
+    res = measure_interleaved({"R": Path("R"), "A": Path("A")}, "R", None, [], None, Path("."), passes=2, run=run,
+                              log=lambda m: None)
+    back = Interleaved.from_dict(json.loads(json.dumps(res.as_dict())))
+    assert back.as_dict() == json.loads(json.dumps(res.as_dict()))
+    assert back.ratio["A"]["w"]["tpot_s"] == pytest.approx(1.3) and len(back.runs) == 6
+
+
 def test_host_index_compares_the_reference_with_its_calibration():
     now = {"w": {"tpot_s": 0.06, "ttft_s": 0.2, "e2e_s": 2.0, "throughput_tok_s": 16.0}}
     cal = {"w": {"tpot_s": 0.04, "ttft_s": 0.2, "e2e_s": 1.6, "throughput_tok_s": 20.0}}

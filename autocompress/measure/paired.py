@@ -1,0 +1,188 @@
+"""Paired engines: two models loaded side by side, taking turns every few seconds (issue 12).
+
+``measure.interleave`` alternates engine *processes* (reference, model, reference, ...). Each run
+is a fresh process of one to two minutes, so a ratio compares times minutes apart, and on these
+shared hosts the speed moves by 10-20% within minutes: two runs of the same held-out ratios
+differ by p95 18-21% in TPOT (``bench/fidelity_repeat.py``, docs/decisions.md, twenty-sixth session).
+
+Here the two engines stay loaded, one worker process each (``measure.worker --commands``), and
+only one runs at a time. Per workload the coordinator runs short chunks in the order
+A R, R A, A R, ... (each round's two chunks are seconds apart, and the alternating order cancels
+a linear drift over two rounds); a round's ratio is its A chunk over its R chunk, and the
+workload's ratio is the mean of the rounds' ratios with its standard error. The cost: both
+models resident at once (two engine processes' memory), so it is for time, not for peak memory,
+which a fresh single process (``measure.interleave``) still measures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
+SWITCH_S = 0.5  # idle time between chunks: the last engine's OpenMP threads stop spinning
+
+
+def chunk(w: dict) -> dict:
+    """``w`` cut to one chunk: a warm-up and a fixed few samples (seconds, not minutes); the rounds
+    give the standard error. A serve chunk keeps at least two waves of its concurrency."""
+    return w | {"warmup": 1, "iterations": 2, "requests": max(3, 2 * w["concurrency"]), "target_se": None}
+
+
+class PairedError(RuntimeError):
+    pass
+
+
+@dataclass
+class Engine:
+    """One loaded worker taking commands (``measure.worker --commands``)."""
+
+    name: str
+    proc: subprocess.Popen
+    work: Path
+    events: queue.Queue = field(default_factory=queue.Queue)
+    tail: list = field(default_factory=list)
+    result_path: Path | None = None
+    count: int = 0
+
+    def wait(self, event: str, timeout_s: float) -> dict:
+        from autocompress.measure.events import PROGRESS
+
+        end = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = self.events.get(timeout=max(0.1, end - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                if self.proc.poll() is not None or time.monotonic() > end:
+                    raise PairedError(f"{self.name}: the engine worker stopped or went quiet waiting for "
+                                      f"'{event}':\n" + "\n".join(self.tail[-15:]))
+                continue
+            if line.startswith(PROGRESS):
+                ev = json.loads(line[len(PROGRESS):])
+                if ev.get("event") == event:
+                    return ev
+            else:
+                self.tail = (self.tail + [line.rstrip("\n")])[-50:]
+
+    def run(self, workload: dict, seed: int, timeout_s: float = 600.0) -> dict:
+        """One chunk of ``workload`` (its ``Measurement`` as a dict)."""
+        self.count += 1
+        out = self.work / f"{self.name}-{self.count}.json"
+        self.proc.stdin.write(json.dumps({"workload": workload, "out": str(out), "seed": seed}) + "\n")
+        self.proc.stdin.flush()
+        self.wait("done", timeout_s)
+        d = json.loads(out.read_text())
+        out.unlink()
+        return d
+
+    def stop(self, timeout_s: float = 120.0) -> dict:
+        """End the worker; its result (peak RSS of the process)."""
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=timeout_s)
+        res = json.loads(self.result_path.read_text()) if self.result_path.is_file() else {}
+        return res
+
+
+def start(name: str, folder: Path, target, limits, work: Path, threads: int | None = None,
+          timeout_s: float = 600.0) -> Engine:
+    """A worker with ``folder``'s model loaded, waiting for commands."""
+    from autocompress.measure.runner import _target_dict
+
+    work.mkdir(parents=True, exist_ok=True)
+    req = {"model_dir": str(folder), "target": _target_dict(target), "limits": asdict(limits), "workloads": [],
+           "seed": 0}
+    req_path, res_path = work / f"{name}-request.json", work / f"{name}-result.json"
+    req_path.write_text(json.dumps(req, indent=1))
+    res_path.unlink(missing_ok=True)
+    env = dict(os.environ)
+    if env.pop("ACC_SET_OMP_WAIT_POLICY", None):  # set for the build's own math (cli), not the engine's
+        env.pop("OMP_WAIT_POLICY", None)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    p = subprocess.Popen([sys.executable, "-m", "autocompress.measure.worker", str(req_path), str(res_path),
+                          "--commands"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    eng = Engine(name, p, work, result_path=res_path)
+    threading.Thread(target=lambda: [eng.events.put(ln) for ln in p.stderr], daemon=True).start()
+    eng.wait("loaded", timeout_s)
+    return eng
+
+
+@dataclass
+class PairedResult:
+    reference: str
+    rounds: int
+    ratio: dict = field(default_factory=dict)  # model -> workload -> metric -> mean of the rounds' ratios
+    se: dict = field(default_factory=dict)  # model -> workload -> metric -> SE of that mean (relative)
+    per_round: dict = field(default_factory=dict)  # model -> workload -> metric -> the rounds' ratios
+    absolute: dict = field(default_factory=dict)  # model -> workload -> metric -> mean of its chunks' medians
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("reference", "rounds", "ratio", "se", "per_round", "absolute",
+                                              "seconds")}
+
+
+def round_ratios(pairs: list[tuple[dict, dict]]) -> tuple[dict, dict, dict]:
+    """(ratio, relative SE, per-round ratios) per metric from (model chunk, reference chunk) medians."""
+    ratio, se, per = {}, {}, {}
+    for k in METRICS:
+        rs = [a[k] / r[k] for a, r in pairs]
+        per[k] = rs
+        ratio[k] = statistics.fmean(rs)
+        se[k] = statistics.stdev(rs) / math.sqrt(len(rs)) / ratio[k] if len(rs) > 1 else math.nan
+    return ratio, se, per
+
+
+def measure_paired(models: dict[str, Path], reference: str, target, workloads: list[dict], limits, work: Path,
+                   rounds: int = 8, threads: int | None = None, log=print, start_engine=start) -> PairedResult:
+    """Every model of ``models`` (name -> exported folder) against ``reference``, both loaded, in
+    ``rounds`` alternating rounds of short chunks per workload. ``limits``: one ``EngineLimits``
+    or a dict by name. ``start_engine``: tests pass a stand-in."""
+    lim = (lambda n: limits[n]) if isinstance(limits, dict) else (lambda n: limits)
+    chunks = [chunk(w) for w in workloads]
+    out = PairedResult(reference, rounds)
+    t0 = time.perf_counter()
+    ref = start_engine(reference, models[reference], target, lim(reference), work, threads)
+    others = [m for m in models if m != reference]
+    try:
+        for i, name in enumerate(others):
+            eng = start_engine(name, models[name], target, lim(name), work, threads)
+            try:
+                for w in chunks:
+                    pairs = []
+                    for r in range(rounds):
+                        order = (eng, ref) if r % 2 == 0 else (ref, eng)
+                        got = {}
+                        for e in order:
+                            time.sleep(SWITCH_S)
+                            got[e.name] = e.run(w, seed=r)
+                        pairs.append((got[name], got[reference]))
+                    ratio, se, per = round_ratios(pairs)
+                    out.ratio.setdefault(name, {})[w["name"]] = ratio
+                    out.se.setdefault(name, {})[w["name"]] = se
+                    out.per_round.setdefault(name, {})[w["name"]] = per
+                    for who, idx in ((name, 0), (reference, 1)):
+                        out.absolute.setdefault(who, {}).setdefault(w["name"], {})
+                        out.absolute[who][w["name"]] = {k: statistics.fmean(p[idx][k] for p in pairs) for k in METRICS}
+                    el = time.perf_counter() - t0
+                    log(f"[paired] {name} {w['name']}: TPOT ratio {ratio['tpot_s']:.3f} ± {se['tpot_s']:.1%} "
+                        f"({rounds} rounds); {i + 1}/{len(others)} models, {el / 60:.1f} min")
+            finally:
+                eng.stop()
+    finally:
+        ref.stop()
+    out.seconds = time.perf_counter() - t0
+    return out

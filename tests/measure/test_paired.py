@@ -1,0 +1,97 @@
+"""Paired engines (``measure.paired``): the worker's command loop and ratios that cancel drift."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from autocompress.measure import paired
+
+
+@dataclass
+class _M:  # what an engine's run returns (a dataclass, as ``Measurement``)
+    workload: str
+    tpot_s: float
+
+
+class _FakeEngine:
+    def __init__(self):
+        self.runs = []
+
+    def load(self, model_dir, target, limits):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def run(self, wl, seed=0, settings=None, tick=None):
+        self.runs.append((wl.name, seed, settings.requests, settings.target_se))
+        return _M(wl.name, 0.01 * (1 + seed))
+
+
+def test_the_worker_runs_one_workload_per_command_until_an_empty_line(tmp_path, monkeypatch):
+    from autocompress.measure import worker
+    from autocompress.measure.engines import adapters
+
+    fake = _FakeEngine()
+    monkeypatch.setattr(adapters, "open_engine", lambda name: fake)
+    req = {"model_dir": "m", "target": {"hardware": "cpu", "engine": "vllm", "weight_precision": "fp32",
+                                        "kv_precision": "fp32"},
+           "limits": {"max_model_len": 256, "max_num_seqs": 1, "max_num_batched_tokens": 256}, "workloads": []}
+    w = paired.chunk({"name": "short", "mode": "serve", "concurrency": 1, "input_tokens": 8, "output_tokens": 4,
+                      "requests": 8, "target_se": 0.02})
+    outs = [tmp_path / "a.json", tmp_path / "b.json"]
+    lines = [json.dumps({"workload": w, "out": str(o), "seed": i}) + "\n" for i, o in enumerate(outs)]
+    res = worker.run_request(req, iter(lines + ["\n", json.dumps({"workload": w, "out": "never"}) + "\n"]))
+    assert res["measurements"] == [] and "peak_rss_bytes" in res
+    assert [json.loads(o.read_text())["tpot_s"] for o in outs] == [0.01, 0.02]
+    assert fake.runs == [("short", 0, 3, None), ("short", 1, 3, None)]  # a chunk: 3 requests, no SE target; then it stopped
+
+
+class _Stand:
+    """A loaded engine stand-in: model ``name`` measures ``true * drift(t)``, t counting every chunk run."""
+
+    clock = [0]
+
+    def __init__(self, name, true, drift):
+        self.name, self.true, self.drift = name, true, drift
+
+    def run(self, w, seed):
+        t = self.clock[0]
+        self.clock[0] += 1
+        v = self.true * self.drift(t)
+        return {"ttft_s": v / 10, "tpot_s": v, "e2e_s": 2 * v, "throughput_tok_s": 1 / v}
+
+    def stop(self):
+        return {}
+
+
+def test_alternating_rounds_cancel_a_linear_drift(monkeypatch):
+    monkeypatch.setattr(paired, "SWITCH_S", 0.0)
+    _Stand.clock = [0]
+    true = {"R": 1.0, "A": 1.25}
+    drift = lambda t: 1.0 + 0.05 * t  # noqa: E731 - the host slows 5% per chunk
+
+    def start(name, folder, target, limits, work, threads):
+        return _Stand(name, true[name], drift)
+    wl = [{"name": "short", "mode": "serve", "concurrency": 1}]
+    res = paired.measure_paired({"R": None, "A": None}, "R", None, wl, None, None, rounds=8, start_engine=start,
+                                log=lambda m: None)
+    # each round's ratio is off by about the drift over one chunk (+-5%), in alternating directions
+    per = res.per_round["A"]["short"]["tpot_s"]
+    assert min(per) < 1.25 * 0.97 and max(per) > 1.25 * 1.03
+    assert res.ratio["A"]["short"]["tpot_s"] == pytest.approx(1.25, rel=0.01)
+    assert res.ratio["A"]["short"]["throughput_tok_s"] == pytest.approx(0.8, rel=0.01)
+    assert res.se["A"]["short"]["tpot_s"] > 0
+
+
+def test_round_ratios_mean_and_standard_error():
+    m = lambda v: {k: v for k in paired.METRICS}  # noqa: E731
+    ratio, se, per = paired.round_ratios([(m(2.0), m(1.0)), (m(2.2), m(1.0)), (m(1.8), m(1.0))])
+    assert ratio["tpot_s"] == pytest.approx(2.0) and per["tpot_s"] == pytest.approx([2.0, 2.2, 1.8])
+    assert se["tpot_s"] == pytest.approx(0.2 / 3 ** 0.5 / 2.0)
