@@ -20,9 +20,9 @@ Writes ``bench/results/heterogeneity_cost.md`` and ``.json``.
 
 ``--set ladder`` measures instead the steps from the parent to one held-out model the fitted
 model keeps under-predicting (``s3-v01``: 30 layers, hidden 512, 7 FFN widths with 3 FFNs removed,
-13 one-KV-head layers; docs/decisions.md, twenty-sixth session), one property added per step:
-hidden 512 alone; then its FFN widths; then its KV mix (= ``s3-v01``); and its blocks at the
-parent's hidden (hidden's share of the rest). ``--fitted RUN.json`` predicts with the constants a
+13 one-KV-head layers; docs/decisions.md, twenty-sixth session): hidden 512 alone; then its FFN
+widths; then its KV mix as well (= ``s3-v01``); and two branches, hidden 512 with the KV mix only
+(the parent's widths) and ``s3-v01``'s blocks at the parent's hidden (hidden's share of the rest). ``--fitted RUN.json`` predicts with the constants a
 ``costmodel_fidelity.py`` run fitted (the model whose miss is being explained).
 
     python bench/heterogeneity_cost.py --set ladder --workloads short long --fitted \
@@ -71,6 +71,8 @@ def ladder(parent, seed: int = 3, index: int = 1):
     from autocompress.measure.synth import variants
 
     v = variants(parent, 14, seed=seed)[index]
+    if len(v.blocks) != len(parent.blocks):  # the steps swap blocks layer by layer
+        raise SystemExit(f"--set ladder: s{seed}-v{index:02d} has {len(v.blocks)} layers, the parent {len(parent.blocks)}")
     d = v.hidden_size
 
     def blocks(kv_from, ffn_from):

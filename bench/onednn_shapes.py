@@ -19,8 +19,8 @@ shows up without the engine's other costs around it:
   shape's figure is the median over rounds, so the host's drift lands on all shapes alike.
 
 Output: per shape, microseconds per call and the effective bandwidth; a least-squares fit of
-time = a + bytes / B over all shapes; and each shape's residual against that line, grouped by
-hidden size and by the output width N. ``bench/results/onednn_shapes.md`` (+ ``.json``).
+time = a + bytes / B over all shapes; and each shape's residual against that line, and its mean by
+hidden size. ``bench/results/onednn_shapes.md`` (+ ``.json``).
 
     python bench/onednn_shapes.py --threads 2 --rounds 15
 """
@@ -137,7 +137,9 @@ def main() -> int:
             r["resid"] = r["us"] / (a + slope * r["bytes"]) - 1
         lines += [f"## M = {m}", "",
                   f"Least squares over all {len(sel)} shapes: time = {a:.1f} us + bytes / {1e-3 / slope:.1f} GB/s. "
-                  "Residual: the shape's time against that line (+ means dearer than its bytes say).", "",
+                  "Residual: the shape's time against that line (+ means dearer than its bytes say). Spread: (max - min) / "
+                  "median of the shape's rounds (one round's mean call can be far off when the host stalls; the "
+                  "median is what the table uses).", "",
                   "| kind | hidden | N | K | KiB | us | GB/s | residual | spread |", "|---|---|---|---|---|---|---|---|---|"]
         for r in sorted(sel, key=lambda r: (r["kind"], r["hidden"], r["n"], r["k"])):
             lines.append(f"| {r['kind']} | {r['hidden']} | {r['n']} | {r['k']} | {r['bytes'] / 1024:.0f} | "

@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--workloads", nargs="+", default=["short", "long"])
-    ap.add_argument("--models", nargs="+", default=["s3-v01"], help="held-out models of seed 3 (s3-v01 ... s3-v13)")
+    ap.add_argument("--models", nargs="*", default=["s3-v01"], help="held-out models of seed 3 (s3-v01 ... s3-v13)")
     ap.add_argument("--fitted", help="a costmodel_fidelity.py JSON: predict with the constants it fitted")
     ap.add_argument("--limits-from", choices=("workloads", "all"), default="workloads",
                     help="engine limits (max_model_len, max_num_seqs, KV space) derived from the measured workloads "

@@ -60,13 +60,14 @@ class Engine:
         end = time.monotonic() + timeout_s
         while True:
             try:
-                line = self.events.get(timeout=max(0.1, end - time.monotonic()))
+                line = self.events.get(timeout=max(0.1, min(5.0, end - time.monotonic())))
             except queue.Empty:
                 line = None
+            # checked on every line too: a worker that keeps logging must still meet the deadline
+            if time.monotonic() > end or (line is None and self.proc.poll() is not None):
+                raise PairedError(f"{self.name}: the engine worker stopped, or ran past {timeout_s:.0f} s, waiting "
+                                  f"for '{event}':\n" + "\n".join(self.tail[-15:]))
             if line is None:
-                if self.proc.poll() is not None or time.monotonic() > end:
-                    raise PairedError(f"{self.name}: the engine worker stopped or went quiet waiting for "
-                                      f"'{event}':\n" + "\n".join(self.tail[-15:]))
                 continue
             if line.startswith(PROGRESS):
                 ev = json.loads(line[len(PROGRESS):])
@@ -87,12 +88,23 @@ class Engine:
         return d
 
     def stop(self, timeout_s: float = 120.0) -> dict:
-        """End the worker; its result (peak RSS of the process)."""
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-        self.proc.wait(timeout=timeout_s)
-        res = json.loads(self.result_path.read_text()) if self.result_path.is_file() else {}
-        return res
+        """End the worker (an empty line, then end of input; killed if it does not exit in time, e.g.
+        mid-chunk after an error); its result (peak RSS of the process), or {} if it left none.
+        Never raises, so it cannot replace the error that made the caller stop it."""
+        try:
+            self.proc.stdin.write("\n")
+            self.proc.stdin.close()
+        except OSError:  # the worker has died: its pipe is gone
+            pass
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        try:
+            return json.loads(self.result_path.read_text()) if self.result_path.is_file() else {}
+        except (OSError, ValueError):
+            return {}
 
 
 def start(name: str, folder: Path, target, limits, work: Path, threads: int | None = None,
@@ -113,10 +125,15 @@ def start(name: str, folder: Path, target, limits, work: Path, threads: int | No
         env["OMP_NUM_THREADS"] = str(threads)
     p = subprocess.Popen([sys.executable, "-m", "autocompress.measure.worker", str(req_path), str(res_path),
                           "--commands"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, errors="replace")  # one odd byte must not stop the reader
     eng = Engine(name, p, work, result_path=res_path)
+    # stderr is drained on a thread: a full pipe would block the worker
     threading.Thread(target=lambda: [eng.events.put(ln) for ln in p.stderr], daemon=True).start()
-    eng.wait("loaded", timeout_s)
+    try:
+        eng.wait("loaded", timeout_s)
+    except BaseException:
+        eng.stop(timeout_s=5.0)
+        raise
     return eng
 
 
@@ -128,11 +145,13 @@ class PairedResult:
     se: dict = field(default_factory=dict)  # model -> workload -> metric -> SE of that mean (relative)
     per_round: dict = field(default_factory=dict)  # model -> workload -> metric -> the rounds' ratios
     absolute: dict = field(default_factory=dict)  # model -> workload -> metric -> mean of its chunks' medians
+    # model -> workload -> metric -> mean of the reference's chunks in that model's rounds
+    reference_absolute: dict = field(default_factory=dict)
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("reference", "rounds", "ratio", "se", "per_round", "absolute",
-                                              "seconds")}
+                                              "reference_absolute", "seconds")}
 
 
 def round_ratios(pairs: list[tuple[dict, dict]]) -> tuple[dict, dict, dict]:
@@ -174,9 +193,9 @@ def measure_paired(models: dict[str, Path], reference: str, target, workloads: l
                     out.ratio.setdefault(name, {})[w["name"]] = ratio
                     out.se.setdefault(name, {})[w["name"]] = se
                     out.per_round.setdefault(name, {})[w["name"]] = per
-                    for who, idx in ((name, 0), (reference, 1)):
-                        out.absolute.setdefault(who, {}).setdefault(w["name"], {})
-                        out.absolute[who][w["name"]] = {k: statistics.fmean(p[idx][k] for p in pairs) for k in METRICS}
+                    for store, idx in ((out.absolute, 0), (out.reference_absolute, 1)):
+                        store.setdefault(name, {})[w["name"]] = {k: statistics.fmean(p[idx][k] for p in pairs)
+                                                                 for k in METRICS}
                     el = time.perf_counter() - t0
                     log(f"[paired] {name} {w['name']}: TPOT ratio {ratio['tpot_s']:.3f} ± {se['tpot_s']:.1%} "
                         f"({rounds} rounds); {i + 1}/{len(others)} models, {el / 60:.1f} min")

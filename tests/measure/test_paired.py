@@ -95,3 +95,21 @@ def test_round_ratios_mean_and_standard_error():
     ratio, se, per = paired.round_ratios([(m(2.0), m(1.0)), (m(2.2), m(1.0)), (m(1.8), m(1.0))])
     assert ratio["tpot_s"] == pytest.approx(2.0) and per["tpot_s"] == pytest.approx([2.0, 2.2, 1.8])
     assert se["tpot_s"] == pytest.approx(0.2 / 3 ** 0.5 / 2.0)
+
+
+def test_a_worker_that_keeps_logging_still_times_out_and_is_killed_on_stop(tmp_path):
+    """The deadline holds while lines keep coming, and ``stop`` ends a worker that ignores its input."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    chatty = "import sys, time\nwhile True:\n    print('log line', file=sys.stderr, flush=True)\n    time.sleep(0.02)\n"
+    p = subprocess.Popen([sys.executable, "-c", chatty], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    eng = paired.Engine("chatty", p, tmp_path, result_path=tmp_path / "none.json")
+    threading.Thread(target=lambda: [eng.events.put(ln) for ln in p.stderr], daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(paired.PairedError, match="ran past"):
+        eng.wait("done", timeout_s=0.5)
+    assert time.monotonic() - t0 < 3.0 and eng.tail and eng.tail[-1] == "log line"
+    assert eng.stop(timeout_s=0.5) == {} and p.poll() is not None  # killed, and no result
