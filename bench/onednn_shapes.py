@@ -152,7 +152,8 @@ def main() -> int:
             lines.append(f"| {d} | {len(g)} | {statistics.fmean(r['resid'] for r in g):+.1%} | {wres:+.1%} |")
         lines.append("")
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
-    Path(args.out + ".json").write_text(json.dumps({"rows": rows, "fits": fits, "args": vars(args)}, indent=1) + "\n")
+    Path(args.out + ".json").write_text(json.dumps({"rows": rows, "fits": fits, "args": vars(args) | {"out": os.path.relpath(args.out, ROOT)}},
+                                                indent=1) + "\n")
     print("\n".join(lines))
     return 0
 

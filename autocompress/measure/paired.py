@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import queue
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
@@ -110,19 +109,10 @@ class Engine:
 def start(name: str, folder: Path, target, limits, work: Path, threads: int | None = None,
           timeout_s: float = 600.0) -> Engine:
     """A worker with ``folder``'s model loaded, waiting for commands."""
-    from autocompress.measure.runner import _target_dict
+    from autocompress.measure.runner import worker_env, write_request
 
-    work.mkdir(parents=True, exist_ok=True)
-    req = {"model_dir": str(folder), "target": _target_dict(target), "limits": asdict(limits), "workloads": [],
-           "seed": 0}
-    req_path, res_path = work / f"{name}-request.json", work / f"{name}-result.json"
-    req_path.write_text(json.dumps(req, indent=1))
-    res_path.unlink(missing_ok=True)
-    env = dict(os.environ)
-    if env.pop("ACC_SET_OMP_WAIT_POLICY", None):  # set for the build's own math (cli), not the engine's
-        env.pop("OMP_WAIT_POLICY", None)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
+    req_path, res_path = write_request(folder, target, limits, [], work, name)
+    env = worker_env(threads)
     p = subprocess.Popen([sys.executable, "-m", "autocompress.measure.worker", str(req_path), str(res_path),
                           "--commands"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True, errors="replace")  # one odd byte must not stop the reader

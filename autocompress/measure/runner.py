@@ -75,6 +75,27 @@ def _priority(nice: str | None):
     return apply
 
 
+def write_request(folder: Path, target, limits, workloads: list[dict], work: Path, tag: str) -> tuple[Path, Path]:
+    """(request path, result path) of one engine worker: the request written, a stale result removed."""
+    req = {"model_dir": str(folder), "target": _target_dict(target), "limits": asdict(limits),
+           "workloads": workloads, "seed": 0}
+    work.mkdir(parents=True, exist_ok=True)
+    req_path, res_path = work / f"request-{tag}.json", work / f"result-{tag}.json"
+    req_path.write_text(json.dumps(req, indent=1))
+    res_path.unlink(missing_ok=True)
+    return req_path, res_path
+
+
+def worker_env(threads: int | None) -> dict:
+    """The engine worker's environment: this one, less the build's OpenMP wait policy, with ``threads``."""
+    env = dict(os.environ)
+    if env.pop("ACC_SET_OMP_WAIT_POLICY", None):  # set for the build's own math (cli), not the engine's
+        env.pop("OMP_WAIT_POLICY", None)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
 def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, threads: int | None = None,
                timeout_s: int = 900, progress=None, label: str = "measure") -> dict:
     """Run the engine worker on an exported ``folder`` (fresh process); its JSON result.
@@ -85,17 +106,8 @@ def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, 
 
     from autocompress.measure.events import WorkerEvents
 
-    req = {"model_dir": str(folder), "target": _target_dict(target), "limits": asdict(limits),
-           "workloads": workloads, "seed": 0}
-    work.mkdir(parents=True, exist_ok=True)
-    req_path, res_path = work / f"request-{os.getpid()}.json", work / f"result-{os.getpid()}.json"
-    req_path.write_text(json.dumps(req, indent=1))
-    res_path.unlink(missing_ok=True)
-    env = dict(os.environ)
-    if env.pop("ACC_SET_OMP_WAIT_POLICY", None):  # set for the build's own math (cli), not the engine's
-        env.pop("OMP_WAIT_POLICY", None)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
+    req_path, res_path = write_request(folder, target, limits, workloads, work, str(os.getpid()))
+    env = worker_env(threads)
     events = WorkerEvents(progress, label, target.engine)
     try:
         p = subprocess.Popen([sys.executable, "-m", "autocompress.measure.worker", str(req_path), str(res_path)],
