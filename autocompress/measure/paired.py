@@ -140,8 +140,14 @@ class PairedResult:
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("reference", "rounds", "ratio", "se", "per_round", "absolute",
-                                              "reference_absolute", "seconds")}
+        return {k: getattr(self, k) for k in FIELDS}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PairedResult:
+        return cls(**{k: d[k] for k in FIELDS if k in d})
+
+
+FIELDS = ("reference", "rounds", "ratio", "se", "per_round", "absolute", "reference_absolute", "seconds")
 
 
 def round_ratios(pairs: list[tuple[dict, dict]]) -> tuple[dict, dict, dict]:
@@ -155,24 +161,78 @@ def round_ratios(pairs: list[tuple[dict, dict]]) -> tuple[dict, dict, dict]:
     return ratio, se, per
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How many rounds a cell gets: at least ``rounds``, then two more at a time (so the order
+    stays balanced) while the largest relative SE over ``judge`` exceeds ``target_se``, up to
+    ``max_rounds`` (made even) or ``cap_s`` seconds of the cell. ``cap_s`` may be a function of
+    nothing, called once as the cell starts (a run's budget shared among the cells left). No
+    ``target_se``: exactly ``rounds``."""
+
+    rounds: int = 8
+    target_se: float | None = None
+    max_rounds: int | None = None
+    cap_s: object = None
+    judge: tuple[str, ...] = ("tpot_s", "e2e_s", "throughput_tok_s")
+
+    def __post_init__(self):
+        if self.rounds < 2:
+            raise ValueError(f"at least 2 rounds (one of each order), not {self.rounds}")
+        if self.target_se is not None and self.max_rounds is None and self.cap_s is None:
+            raise ValueError("an SE target needs max_rounds or cap_s: a noisy cell would never stop")
+        if self.max_rounds is not None:
+            object.__setattr__(self, "max_rounds", max(self.rounds, self.max_rounds + self.max_rounds % 2))
+
+    def cap(self) -> float | None:
+        return self.cap_s() if callable(self.cap_s) else self.cap_s
+
+    def more(self, pairs: list, started: float, cap: float | None = None) -> bool:
+        n = len(pairs)
+        if n < self.rounds:
+            return True
+        if self.target_se is None:
+            return False
+        if n % 2:
+            return True  # finish the balanced pair of rounds
+        if (self.max_rounds is not None and n >= self.max_rounds) or \
+                (cap is not None and time.perf_counter() - started >= cap):
+            return False
+        _, se, _ = round_ratios(pairs)
+        return max(se[k] for k in self.judge) > self.target_se
+
+
 def measure_paired(models: dict[str, Path], reference: str, target, workloads: list[dict], limits, work: Path,
-                   rounds: int = 8, threads: int | None = None, log=print, start_engine=start) -> PairedResult:
+                   rounds: int | Sampling = 8, threads: int | None = None, log=print, start_engine=start,
+                   done: PairedResult | None = None, save=None) -> PairedResult:
     """Every model of ``models`` (name -> exported folder) against ``reference``, both loaded, in
-    ``rounds`` alternating rounds of short chunks per workload. ``limits``: one ``EngineLimits``
-    or a dict by name. ``start_engine``: tests pass a stand-in."""
+    alternating rounds of short chunks per workload (``rounds``: a count, or a ``Sampling`` rule
+    that keeps going until the ratio's SE meets a target). ``limits``: one ``EngineLimits`` or a
+    dict by name. ``done``: an earlier, interrupted run's result, extended in place; its cells are
+    kept, not measured again. ``save(result)`` is called after every cell and once more at the end,
+    also when the run fails (a resumable run writes it). ``start_engine``: tests pass a stand-in."""
+    rule = rounds if isinstance(rounds, Sampling) else Sampling(rounds)
     lim = (lambda n: limits[n]) if isinstance(limits, dict) else (lambda n: limits)
     chunks = [chunk(w) for w in workloads]
-    out = PairedResult(reference, rounds)
-    t0 = time.perf_counter()
+    if done is not None and done.reference != reference:
+        raise ValueError(f"resuming a run against {done.reference}, not {reference}")
+    out = done or PairedResult(reference, rule.rounds)
+    t0, before = time.perf_counter(), out.seconds  # ``seconds``: wall time of every call, start-ups included
+    todo = [m for m in models if m != reference and any(w["name"] not in out.ratio.get(m, {}) for w in chunks)]
+    if not todo:
+        return out
+    cells = sum(1 for m in todo for w in chunks if w["name"] not in out.ratio.get(m, {}))
     ref = start_engine(reference, models[reference], target, lim(reference), work, threads)
-    others = [m for m in models if m != reference]
+    n_done = 0
     try:
-        for i, name in enumerate(others):
+        for name in todo:
             eng = start_engine(name, models[name], target, lim(name), work, threads)
             try:
                 for w in chunks:
-                    pairs = []
-                    for r in range(rounds):
+                    if w["name"] in out.ratio.get(name, {}):
+                        continue
+                    pairs, started, cap = [], time.perf_counter(), rule.cap()
+                    while rule.more(pairs, started, cap):
+                        r = len(pairs)
                         order = (eng, ref) if r % 2 == 0 else (ref, eng)
                         got = {}
                         for e in order:
@@ -186,12 +246,19 @@ def measure_paired(models: dict[str, Path], reference: str, target, workloads: l
                     for store, idx in ((out.absolute, 0), (out.reference_absolute, 1)):
                         store.setdefault(name, {})[w["name"]] = {k: statistics.fmean(p[idx][k] for p in pairs)
                                                                  for k in METRICS}
+                    out.seconds = before + time.perf_counter() - t0
+                    n_done += 1
+                    if save:
+                        save(out)
                     el = time.perf_counter() - t0
                     log(f"[paired] {name} {w['name']}: TPOT ratio {ratio['tpot_s']:.3f} ± {se['tpot_s']:.1%} "
-                        f"({rounds} rounds); {i + 1}/{len(others)} models, {el / 60:.1f} min")
+                        f"({len(pairs)} rounds); {n_done}/{cells} cells, {el / 60:.1f} min, "
+                        f"ETA {el / n_done * (cells - n_done) / 60:.0f} min")
             finally:
                 eng.stop()
     finally:
         ref.stop()
-    out.seconds = time.perf_counter() - t0
+        out.seconds = before + time.perf_counter() - t0  # an interrupted run's time counts too
+        if save:
+            save(out)
     return out

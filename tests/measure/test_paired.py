@@ -113,3 +113,68 @@ def test_a_worker_that_keeps_logging_still_times_out_and_is_killed_on_stop(tmp_p
         eng.wait("done", timeout_s=0.5)
     assert time.monotonic() - t0 < 3.0 and eng.tail and eng.tail[-1] == "log line"
     assert eng.stop(timeout_s=0.5) == {} and p.poll() is not None  # killed, and no result
+
+
+def _noisy_start(true, noise):
+    """Stand-ins whose model ``A`` reads ``true`` times the next factor of ``noise`` (cycled)."""
+    seq = iter(noise * 100)
+
+    def start(name, folder, target, limits, work, threads):
+        return _Stand(name, true[name], (lambda t: next(seq)) if name == "A" else (lambda t: 1.0))
+    return start
+
+
+def test_sampling_stops_when_the_standard_error_meets_its_target(monkeypatch):
+    monkeypatch.setattr(paired, "SWITCH_S", 0.0)
+    wl = [{"name": "short", "mode": "serve", "concurrency": 1}]
+
+    def run(noise, rule):
+        res = paired.measure_paired({"R": None, "A": None}, "R", None, wl, None, None, log=lambda m: None,
+                                    rounds=rule, start_engine=_noisy_start({"R": 1.0, "A": 2.0}, noise))
+        return res.per_round["A"]["short"]["tpot_s"]
+    assert len(run([1.0, 1.01], paired.Sampling(4, target_se=0.05, max_rounds=20))) == 4  # SE 0.3%: the minimum
+    # rounds alternate 1.8, 2.2: relative SE 0.1 / sqrt(n - 1) for even n, 5.8% at 4, 4.5% at 6
+    assert len(run([0.9, 1.1], paired.Sampling(4, target_se=0.05, max_rounds=20))) == 6
+    assert len(run([0.9, 1.1], paired.Sampling(4, target_se=0.01, max_rounds=9))) == 10  # made even
+    caps = []
+
+    def cap():
+        caps.append(1)
+        return 0.0
+    # out of time as it starts: the minimum only, and the cap is asked once for the cell
+    assert len(run([0.9, 1.1], paired.Sampling(4, target_se=0.001, cap_s=cap))) == 4 and caps == [1]
+    assert len(run([0.9, 1.1], paired.Sampling(3))) == 3  # no target: exactly the count
+
+
+def test_sampling_rejects_settings_that_cannot_stop_or_cannot_pair():
+    with pytest.raises(ValueError, match="never stop"):
+        paired.Sampling(4, target_se=0.02)
+    with pytest.raises(ValueError, match="at least 2"):
+        paired.Sampling(1)
+
+
+def test_an_interrupted_run_resumes_without_measuring_its_cells_again(monkeypatch):
+    monkeypatch.setattr(paired, "SWITCH_S", 0.0)
+    wl = [{"name": "short", "mode": "serve", "concurrency": 1}, {"name": "long", "mode": "serve", "concurrency": 1}]
+    saved, started = [], []
+
+    def start(name, folder, target, limits, work, threads):
+        started.append(name)
+        if name == "B" and started.count("B") == 1:
+            raise paired.PairedError("B failed to load")
+        return _Stand(name, {"R": 1.0, "A": 1.5, "B": 0.5}[name], lambda t: 1.0)
+    models = {"R": None, "A": None, "B": None}
+    with pytest.raises(paired.PairedError):
+        paired.measure_paired(models, "R", None, wl, None, None, rounds=2, start_engine=start, log=lambda m: None,
+                              save=lambda r: saved.append(json.dumps(r.as_dict())))
+    first = paired.PairedResult.from_dict(json.loads(saved[-1]))  # saved again as the run failed
+    assert set(first.ratio) == {"A"} and set(first.ratio["A"]) == {"short", "long"}
+    assert first.seconds > json.loads(saved[-2])["seconds"]  # the failed start's time counts too
+    before = first.seconds
+    res = paired.measure_paired(models, "R", None, wl, None, None, rounds=2, start_engine=start,
+                                log=lambda m: None, done=first)
+    assert started == ["R", "A", "B", "R", "B"]  # A was not loaded again
+    assert res is first and res.ratio["B"]["long"]["tpot_s"] == pytest.approx(0.5)
+    assert res.ratio["A"]["short"]["tpot_s"] == 1.5 and res.seconds > before
+    with pytest.raises(ValueError, match="against R"):
+        paired.measure_paired(models, "A", None, wl, None, None, rounds=2, start_engine=start, done=first)

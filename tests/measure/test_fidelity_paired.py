@@ -1,0 +1,57 @@
+"""bench/fidelity_paired.py's scoring: each cell's predicted ratio against the paired measurement, and its table."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from _benchkit import bench as _bench
+from autocompress.catalog.hardware import resolve_device
+from autocompress.cost.profile import PROFILE_DIR, load_profile
+from autocompress.measure.calibration import workload_dicts, workloads
+from autocompress.measure.engines.base import derive_limits
+from autocompress.measure.paired import PairedResult
+from autocompress.measure.synth import variants
+from autocompress.lang.model import Target
+from autocompress.ir import MLP, Architecture, Attention, Block
+
+
+def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_shows_them():
+    fp = _bench("fidelity_paired")
+    tgt = Target("cpu", "vllm", "fp32", "fp32")
+    prof = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
+    parent = Architecture("llama", 4096, 512, 8, 64, True, (Block(Attention(8, 2, 64), MLP(1536)),) * 6, 2048, "parent")
+    a = variants(parent, 2, seed=1)[1]
+    wls = [w for w in workload_dicts() if w["name"] in ("short", "concurrent")]
+    limits = {x.name: derive_limits(x, tgt, workloads(), threads=2) for x in (parent, a)}
+    from autocompress.measure.fit import predicted
+    from _interleaved import point
+
+    pred = {w["name"]: {k: predicted(a, point(w), limits[a.name], prof, tgt)[k]
+                        / predicted(parent, point(w), limits["parent"], prof, tgt)[k]
+                        for k in fp.KEYS} for w in wls}
+    # measured 10% dearer than predicted in time (throughput 10% lower), SE 2%, 6 rounds each
+    meas = {w: {fp.KEYS[k]: v * (1 / 1.1 if k == "throughput" else 1.1) for k, v in p.items()} for w, p in pred.items()}
+    res = PairedResult("parent", 4, ratio={a.name: meas},
+                       se={a.name: {w: {m: 0.02 for m in fp.KEYS.values()} for w in meas}},
+                       per_round={a.name: {w: {m: [1.0] * 6 for m in fp.KEYS.values()} for w in meas}},
+                       absolute={a.name: {w: {m: 1.0 for m in fp.KEYS.values()} for w in meas}},
+                       reference_absolute={a.name: {w: {m: 2.0 for m in fp.KEYS.values()} for w in meas}},
+                       seconds=120.0)
+    rows = fp.cells(res, [a], parent, wls, limits, prof, tgt)
+    assert len(rows) == 2 * 4
+    for r in rows:
+        want = 1.1 if r["metric"] == "throughput" else 1 / 1.1
+        assert r["error"] == pytest.approx(want - 1) and r["rounds"] == 6
+    args = SimpleNamespace(heldout_seed=3, budget_min=90.0, target_se=0.025, rounds=4, max_rounds=16,
+                           workloads=["short", "concurrent"], fitted="bench/results/x.json", threads=2,
+                           models=None)
+    control = [r | {"model": "parent-again", "measured": 0.98, "se": 0.01} for r in rows]
+    out = {"result": res.as_dict(), "machine": "x86_64, 2 CPUs", "finished": "now", "pairs": [a.name, "b", "c", "d"],
+           "control": control}
+    md = fp.table(out, rows, rows, args)
+    assert "| short | 0.980 ± 1.0% | 0.980 ± 1.0% | 0.980 ± 1.0% | 0.980 ± 1.0% |" in md
+    # host index: the parent measured (2.0 s in every chunk) over its prediction; slower host > 1
+    idx = 2.0 / rows[[r["metric"] for r in rows].index("tpot")]["ref_predicted"]
+    assert f"| short | {idx:.3f} |" in md
+    assert "| tpot | 2 | 9.1% | 9.1% | -9.1% | 2.0% |" in md
+    assert f"| {a.name} | short | {pred['short']['tpot']:.3f} | {1.1 * pred['short']['tpot']:.3f} ± 2.0% | 6 | -9.1% |" in md
