@@ -21,7 +21,9 @@ left). Scored with the profile fitted on the calibration models of an earlier pr
         [--rounds 4] [--max-rounds 16] [--workloads NAME ...] [--fresh]
 
 An interrupted run resumes from ``bench/work/fidelity_paired/partial.json`` (every finished cell
-is kept) unless ``--fresh``. Time only: peak memory needs a fresh single process.
+is kept) unless ``--fresh``. ``--rescore`` measures nothing: it scores the stored JSON's
+measurements again with the run's own settings and rewrites the table. Time only: peak memory
+needs a fresh single process.
 """
 
 from __future__ import annotations
@@ -38,18 +40,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _interleaved import ROOT, parent_of, point, target  # noqa: E402
 from costmodel_fidelity import model_sets  # noqa: E402
-from fidelity_refit import own_params  # noqa: E402
+from fidelity_refit import fitted_profile  # noqa: E402
 
 KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
-
-
-def fitted_profile(path: str):
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.measure.fit import KERNEL_KEYS, _profile
-
-    base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
-    return _profile(base, {k: 0.0 for k in KERNEL_KEYS} | own_params(json.loads(Path(path).read_text())["fitted"]))
 
 
 def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
@@ -76,6 +69,45 @@ def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
     return rows
 
 
+def _measure(args, folders, cal, wls, limits, tgt, root):
+    """The paired run, resumed from ``root/partial.json`` when one of the same plan is there."""
+    from autocompress.measure.paired import PairedResult, Sampling, measure_paired
+
+    partial, plan_now = root / "partial.json", plan(args, folders)
+    done = None
+    if partial.is_file() and not args.fresh:
+        d = json.loads(partial.read_text())
+        if d["plan"] != plan_now:
+            sys.exit(f"{partial} is a run of another plan ({d['plan']}); pass --fresh to discard it")
+        done = PairedResult.from_dict(d["result"])
+        print(f"[fidelity-paired] resuming: {sum(len(v) for v in done.ratio.values())} cells already measured")
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    spent = done.seconds if done else 0.0
+
+    def share() -> float:  # this cell's share of the time left
+        left = sum(1 for a in folders for w in wls if a != cal[0].name and w["name"] not in res_now[0].ratio.get(a, {}))
+        return max(0.0, (args.budget_min * 60 - spent - (time.perf_counter() - t0)) / max(1, left))
+
+    def save(r):
+        res_now[0] = r
+        tmp = partial.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"plan": plan_now, "result": r.as_dict()}))
+        tmp.replace(partial)  # whole or not at all: an interrupt never leaves half a file
+
+    res_now = [done or PairedResult(cal[0].name, args.rounds)]
+    rule = Sampling(args.rounds, target_se=args.target_se, max_rounds=args.max_rounds, cap_s=share)
+    res = measure_paired(folders, cal[0].name, tgt, wls, limits, root / "requests", rounds=rule,
+                         threads=args.threads, log=lambda m: print(m, flush=True), done=res_now[0], save=save)
+    return res
+
+
+def plan(args, folders) -> dict:
+    """What a resumed run must share with the interrupted one."""
+    return {"models": list(folders), "workloads": args.workloads, "threads": args.threads, "rounds": args.rounds,
+            "max_rounds": args.max_rounds, "target_se": args.target_se, "budget_min": args.budget_min}
+
+
 def main() -> int:
     import argparse
 
@@ -91,14 +123,19 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--models", nargs="+", metavar="NAME", help="only these held-out models (a smoke run)")
     ap.add_argument("--fresh", action="store_true", help="discard an interrupted run's cells")
+    ap.add_argument("--rescore", action="store_true",
+                    help="measure nothing: score the stored --out JSON's measurements again and rewrite its table")
     ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "fidelity_paired"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "costmodel_fidelity-paired"))
     args = ap.parse_args()
+    stored = json.loads(Path(args.out + ".json").read_text()) if args.rescore else None
+    if stored:  # the run's own settings; only the output paths come from this command line
+        args = argparse.Namespace(**stored["args"] | {"out": args.out, "root": args.root, "rescore": True})
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.measure.calibration import workload_dicts, workloads
     from autocompress.measure.engines.base import derive_limits
-    from autocompress.measure.paired import PairedResult, Sampling, measure_paired
+    from autocompress.measure.paired import PairedResult
     from autocompress.measure.synth import synthetic_folder
 
     tgt = target()
@@ -120,53 +157,31 @@ def main() -> int:
         sys.exit(f"--workloads: {sorted(set(args.workloads) - {w['name'] for w in wls})} are not calibration workloads")
     # engine limits as the process-level runs set them: from all four calibration workloads
     limits = {a.name: derive_limits(a, tgt, workloads(), threads=args.threads) for a in [cal[0]] + archs}
-    root = Path(args.root)
-    folders = {a.name: synthetic_folder(a, weights, root.parent / "profiling" / "models") for a in [cal[0]] + archs}
-    # the control: a second engine on the parent's folder, true ratio 1 (the method's own error, this run)
-    folders = {cal[0].name: folders[cal[0].name], "parent-again": folders[cal[0].name]} | folders
     limits["parent-again"] = limits[cal[0].name]
-    partial = root / "partial.json"
-    plan = {"models": list(folders), "workloads": args.workloads, "threads": args.threads, "rounds": args.rounds,
-            "max_rounds": args.max_rounds, "target_se": args.target_se, "budget_min": args.budget_min}
-    done = None
-    if partial.is_file() and not args.fresh:
-        d = json.loads(partial.read_text())
-        if d["plan"] != plan:
-            sys.exit(f"{partial} is a run of another plan ({d['plan']}); pass --fresh to discard it")
-        done = PairedResult.from_dict(d["result"])
-        print(f"[fidelity-paired] resuming: {sum(len(v) for v in done.ratio.values())} cells already measured")
-    root.mkdir(parents=True, exist_ok=True)
-    n_cells = (len(archs) + 1) * len(wls)
-    t0 = time.perf_counter()
-    spent = done.seconds if done else 0.0
-
-    def share() -> float:  # this cell's share of the time left
-        left = sum(1 for a in folders for w in wls if a != cal[0].name and w["name"] not in res_now[0].ratio.get(a, {}))
-        return max(0.0, (args.budget_min * 60 - spent - (time.perf_counter() - t0)) / max(1, left))
-
-    def save(r):
-        res_now[0] = r
-        tmp = partial.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"plan": plan, "result": r.as_dict()}))
-        tmp.replace(partial)  # whole or not at all: an interrupt never leaves half a file
-
-    res_now = [done or PairedResult(cal[0].name, args.rounds)]
-    rule = Sampling(args.rounds, target_se=args.target_se, max_rounds=args.max_rounds, cap_s=share)
-    res = measure_paired(folders, cal[0].name, tgt, wls, limits, root / "requests", rounds=rule,
-                         threads=args.threads, log=lambda m: print(m, flush=True), done=res_now[0], save=save)
+    root = Path(args.root)
+    if stored:
+        res = PairedResult.from_dict(stored["result"])
+    else:
+        folders = {a.name: synthetic_folder(a, weights, root.parent / "profiling" / "models") for a in [cal[0]] + archs}
+        # the control: a second engine on the parent's folder, true ratio 1 (the method's own error, this run)
+        folders = {cal[0].name: folders[cal[0].name], "parent-again": folders[cal[0].name]} | folders
+        res = _measure(args, folders, cal, wls, limits, tgt, root)
     prof = fitted_profile(args.fitted)
     control = cells(res, [replace(cal[0], name="parent-again")], cal[0], wls, limits, prof, tgt)
     rows = cells(res, held, cal[0], wls, limits, prof, tgt)
     pair_rows = cells(res, extra + [a for a in held if a.name in (uni.name, "shallow-wide")], cal[0], wls, limits,
                       prof, tgt)
-    out = {"args": vars(args) | {"root": os.path.relpath(args.root, ROOT), "out": os.path.relpath(args.out, ROOT)},
-           "plan": plan, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "result": res.as_dict(), "cells": rows,
+    out = {"args": {k: v for k, v in vars(args).items() if k != "rescore"} | {"root": os.path.relpath(args.root, ROOT),
+                                                                          "out": os.path.relpath(args.out, ROOT)},
+           "plan": stored["plan"] if stored else plan(args, folders),
+           "finished": stored["finished"] if stored else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "machine": stored["machine"] if stored else f"{platform.machine()}, {os.cpu_count()} CPUs", "result": res.as_dict(), "cells": rows,
            "control": control,
-           "pairs": [hetero.name, uni.name, "uniform-w768", "shallow-wide"], "n_cells": n_cells}
+           "pairs": [hetero.name, uni.name, "uniform-w768", "shallow-wide"], "n_cells": (len(archs) + 1) * len(wls)}
     Path(args.out + ".json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     Path(args.out + ".md").write_text(table(out, rows, pair_rows, args) + "\n")
-    partial.unlink()  # written out: a rerun measures afresh, never re-dates these cells
+    if not stored:  # written out: a rerun measures afresh, never re-dates these cells
+        (root / "partial.json").unlink(missing_ok=True)
     print(f"wrote {args.out}.md")
     return 0
 
@@ -201,6 +216,21 @@ def table(out, rows, pair_rows, args) -> str:
         ab = [r["abs_predicted"] / r["abs_measured"] - 1 for r in rs]
         lines.append(f"| {k} | {len(rs)} | {pct(err, 50):.1%} | {pct(err, 95):.1%} | {statistics.median(err):+.1%} | "
                      f"{statistics.median(r['se'] for r in rs):.1%} | {pct(ab, 50):.1%} | {pct(ab, 95):.1%} |")
+    ctrl = {(r["workload"], r["metric"]): r["measured"] for r in out.get("control", [])}
+    lines += ["", "Per workload, ratio error median / p95 / median signed:", "",
+              "| workload | " + " | ".join(KEYS) + " |", "|---|" + "---|" * len(KEYS)]
+    for w in args.workloads:
+        es = {k: [r["error"] for r in rows if r["workload"] == w and r["metric"] == k] for k in KEYS}
+        if all(es.values()):
+            lines.append(f"| {w} | " + " | ".join(f"{pct(e, 50):.1%} / {pct(e, 95):.1%} / {statistics.median(e):+.1%}"
+                                                  for e in es.values()) + " |")
+    if ctrl:  # read after the run, not planned before it: shown to say what the control explains, not scored
+        lines += ["", "Divided by the control (each model's ratio over `parent-again`'s on the same workload and "
+                  "metric), median / p95: " + ", ".join(
+                      f"{k} " + "{:.1%} / {:.1%}".format(*(pct(e, q) for q in (50, 95)))
+                      for k in KEYS for e in [[r["predicted"] / (r["measured"] / ctrl[(r["workload"], k)]) - 1
+                                               for r in rows if r["metric"] == k and (r["workload"], k) in ctrl]] if e)
+                  + "."]
     lines += ["", "Control, `parent-again`: a second engine on the parent's own folder, started after the "
               "reference and measured the same way in this run (true ratio 1.000; a departure is the method's own "
               "error, e.g. a bias of the engine started second):", "",

@@ -139,6 +139,16 @@ def own_params(fitted: dict) -> dict[str, float]:
     return p | fitted["kernel"]
 
 
+def fitted_profile(path: str):
+    """The default vllm-cpu profile with the constants a ``costmodel_fidelity.py`` run fitted (its JSON)."""
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import PROFILE_DIR, load_profile
+    from autocompress.measure.fit import KERNEL_KEYS, _profile
+
+    base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
+    return _profile(base, {k: 0.0 for k in KERNEL_KEYS} | own_params(json.loads(Path(path).read_text())["fitted"]))
+
+
 def fewer_kv_share(arch, kv_parent: int) -> float:
     """The share of ``arch``'s attention layers with fewer KV heads than the parent's."""
     kv = [b.mixer.kv_heads for b in arch.blocks if b.mixer]

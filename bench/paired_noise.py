@@ -79,14 +79,11 @@ def main() -> int:
     limits["parent-again"] = limits["parent"]
     pred = {}
     if args.fitted:
-        from fidelity_refit import own_params
+        from fidelity_refit import fitted_profile
 
-        from autocompress.catalog.hardware import resolve_device
-        from autocompress.cost.profile import PROFILE_DIR, load_profile
-        from autocompress.measure.fit import KERNEL_KEYS, _profile, predicted
+        from autocompress.measure.fit import predicted
 
-        base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
-        prof = _profile(base, {k: 0.0 for k in KERNEL_KEYS} | own_params(json.loads(Path(args.fitted).read_text())["fitted"]))
+        prof = fitted_profile(args.fitted)
         for a in models[1:]:
             for w in wls:
                 pa, pp = (predicted(x, point(w), limits[x.name], prof, tgt)["tpot"] for x in (a, models[0]))
