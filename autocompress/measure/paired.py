@@ -12,6 +12,10 @@ a linear drift over two rounds); a round's ratio is its A chunk over its R chunk
 workload's ratio is the mean of the rounds' ratios with its standard error. The cost: both
 models resident at once (two engine processes' memory), so it is for time, not for peak memory,
 which a fresh single process (``measure.interleave``) still measures.
+
+A pair of processes has a level of its own on batched work (the parent against itself read E2E 0.92,
+1.01, 0.97 in three fresh pairs): rounds inside one pairing cannot see it. ``pairings=K`` gives each
+model K pairs of fresh processes with the start order swapped, and counts their spread in the SE.
 """
 
 from __future__ import annotations
@@ -138,6 +142,9 @@ class PairedResult:
     # model -> workload -> metric -> mean of the reference's chunks in that model's rounds
     reference_absolute: dict = field(default_factory=dict)
     seconds: float = 0.0
+    # pairings > 1: model -> workload -> pairing index (str) -> that pairing's own summary and start order
+    pairing: dict = field(default_factory=dict)
+    start_seconds: list = field(default_factory=list)  # each engine start's wall time (what pairings cost)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in FIELDS}
@@ -147,7 +154,8 @@ class PairedResult:
         return cls(**{k: d[k] for k in FIELDS if k in d})
 
 
-FIELDS = ("reference", "rounds", "ratio", "se", "per_round", "absolute", "reference_absolute", "seconds")
+FIELDS = ("reference", "rounds", "ratio", "se", "per_round", "absolute", "reference_absolute", "seconds", "pairing",
+          "start_seconds")
 
 
 def round_ratios(pairs: list[tuple[dict, dict]]) -> tuple[dict, dict, dict]:
@@ -201,15 +209,66 @@ class Sampling:
         return max(se[k] for k in self.judge) > self.target_se
 
 
+def _cell(eng: Engine, ref: Engine, w: dict, rule: Sampling) -> list[tuple[dict, dict]]:
+    """One cell's rounds: (model chunk, reference chunk) per round, in the order A R, R A, ..."""
+    pairs, started, cap = [], time.perf_counter(), rule.cap()
+    while rule.more(pairs, started, cap):
+        r = len(pairs)
+        order = (eng, ref) if r % 2 == 0 else (ref, eng)
+        got = {}
+        for e in order:
+            time.sleep(SWITCH_S)
+            got[e.name] = e.run(w, seed=r)
+        pairs.append((got[eng.name], got[ref.name]))
+    return pairs
+
+
+def _summary(pairs: list[tuple[dict, dict]]) -> dict:
+    ratio, se, per = round_ratios(pairs)
+    return {"ratio": ratio, "se": se, "per_round": per,
+            "absolute": {k: statistics.fmean(p[0][k] for p in pairs) for k in METRICS},
+            "reference_absolute": {k: statistics.fmean(p[1][k] for p in pairs) for k in METRICS}}
+
+
+def combine(parts: list[dict]) -> dict:
+    """One cell from its process pairings (``_summary`` dicts): the mean of the pairings' ratios, and
+    an SE that counts the spread *between* pairings (a pair of processes carries a level of its own,
+    5-9% on batched work, that its rounds cannot show: docs/decisions.md, twenty-eighth session).
+    With K pairings the between-pairing SE is stdev/sqrt(K), from K - 1 degrees of freedom, so it is
+    itself noisy; the SE kept is the larger of it and the rounds' SE pooled over the pairings."""
+    n = len(parts)
+    if n == 1:
+        return parts[0] | {"se_rounds": parts[0]["se"], "se_between": {k: math.nan for k in METRICS}}
+    ratio = {k: statistics.fmean(p["ratio"][k] for p in parts) for k in METRICS}
+    within = {k: math.sqrt(sum((p["se"][k] * p["ratio"][k]) ** 2 for p in parts)) / n / ratio[k] for k in METRICS}
+    between = {k: statistics.stdev(p["ratio"][k] for p in parts) / math.sqrt(n) / ratio[k] for k in METRICS}
+    return {"ratio": ratio, "se": {k: max(within[k], between[k]) for k in METRICS}, "se_rounds": within,
+            "se_between": between, "per_round": {k: [x for p in parts for x in p["per_round"][k]] for k in METRICS},
+            "absolute": {k: statistics.fmean(p["absolute"][k] for p in parts) for k in METRICS},
+            "reference_absolute": {k: statistics.fmean(p["reference_absolute"][k] for p in parts) for k in METRICS}}
+
+
+def _store(out: PairedResult, name: str, w: str, cell: dict) -> None:
+    for f in ("ratio", "se", "per_round", "absolute", "reference_absolute"):
+        getattr(out, f).setdefault(name, {})[w] = cell[f]
+
+
 def measure_paired(models: dict[str, Path], reference: str, target, workloads: list[dict], limits, work: Path,
                    rounds: int | Sampling = 8, threads: int | None = None, log=print, start_engine=start,
-                   done: PairedResult | None = None, save=None) -> PairedResult:
+                   done: PairedResult | None = None, save=None, pairings: int = 1) -> PairedResult:
     """Every model of ``models`` (name -> exported folder) against ``reference``, both loaded, in
     alternating rounds of short chunks per workload (``rounds``: a count, or a ``Sampling`` rule
     that keeps going until the ratio's SE meets a target). ``limits``: one ``EngineLimits`` or a
     dict by name. ``done``: an earlier, interrupted run's result, extended in place; its cells are
     kept, not measured again. ``save(result)`` is called after every cell and once more at the end,
-    also when the run fails (a resumable run writes it). ``start_engine``: tests pass a stand-in."""
+    also when the run fails (a resumable run writes it). ``start_engine``: tests pass a stand-in.
+
+    ``pairings`` = 1: one reference engine serves every model. ``pairings`` = K > 1: each model gets
+    K pairs of fresh processes, the reference started first in even pairings and the model first in
+    odd ones (so a start-order effect cancels over two), each pairing measuring every workload with
+    ``rounds``; a cell is the ``combine`` of its K pairings, kept in ``pairing`` as well."""
+    if pairings < 1:
+        raise ValueError(f"pairings must be at least 1, not {pairings}")
     rule = rounds if isinstance(rounds, Sampling) else Sampling(rounds)
     lim = (lambda n: limits[n]) if isinstance(limits, dict) else (lambda n: limits)
     chunks = [chunk(w) for w in workloads]
@@ -217,47 +276,63 @@ def measure_paired(models: dict[str, Path], reference: str, target, workloads: l
         raise ValueError(f"resuming a run against {done.reference}, not {reference}")
     out = done or PairedResult(reference, rule.rounds)
     t0, before = time.perf_counter(), out.seconds  # ``seconds``: wall time of every call, start-ups included
-    todo = [m for m in models if m != reference and any(w["name"] not in out.ratio.get(m, {}) for w in chunks)]
-    if not todo:
+
+    def left(name: str, p: int) -> list[dict]:  # the workloads pairing p of ``name`` has still to measure
+        return [w for w in chunks if w["name"] not in out.ratio.get(name, {})
+                and (pairings == 1 or str(p) not in out.pairing.get(name, {}).get(w["name"], {}))]
+    def launch(who: str) -> Engine:
+        t = time.perf_counter()
+        e = start_engine(who, models[who], target, lim(who), work, threads)
+        out.start_seconds.append(time.perf_counter() - t)
+        return e
+    jobs = [(m, p) for m in models if m != reference for p in range(pairings) if left(m, p)]
+    if not jobs:
         return out
-    cells = sum(1 for m in todo for w in chunks if w["name"] not in out.ratio.get(m, {}))
-    ref = start_engine(reference, models[reference], target, lim(reference), work, threads)
+    units = sum(len(left(m, p)) for m, p in jobs)
+    shared = launch(reference) if pairings == 1 else None
     n_done = 0
     try:
-        for name in todo:
-            eng = start_engine(name, models[name], target, lim(name), work, threads)
+        for name, p in jobs:
+            ws = left(name, p)
+            if shared is not None:
+                ref, eng = shared, launch(name)
+            else:
+                ref = eng = None
+                try:  # the start order alternates over the pairings; both stop if either fails to start
+                    for who in ((reference, name) if p % 2 == 0 else (name, reference)):
+                        e = launch(who)
+                        ref, eng = (e, eng) if who == reference else (ref, e)
+                except BaseException:
+                    for e in (ref, eng):
+                        if e is not None:
+                            e.stop()
+                    raise
             try:
-                for w in chunks:
-                    if w["name"] in out.ratio.get(name, {}):
-                        continue
-                    pairs, started, cap = [], time.perf_counter(), rule.cap()
-                    while rule.more(pairs, started, cap):
-                        r = len(pairs)
-                        order = (eng, ref) if r % 2 == 0 else (ref, eng)
-                        got = {}
-                        for e in order:
-                            time.sleep(SWITCH_S)
-                            got[e.name] = e.run(w, seed=r)
-                        pairs.append((got[name], got[reference]))
-                    ratio, se, per = round_ratios(pairs)
-                    out.ratio.setdefault(name, {})[w["name"]] = ratio
-                    out.se.setdefault(name, {})[w["name"]] = se
-                    out.per_round.setdefault(name, {})[w["name"]] = per
-                    for store, idx in ((out.absolute, 0), (out.reference_absolute, 1)):
-                        store.setdefault(name, {})[w["name"]] = {k: statistics.fmean(p[idx][k] for p in pairs)
-                                                                 for k in METRICS}
+                for w in ws:
+                    part = _summary(_cell(eng, ref, w, rule))
+                    if pairings == 1:
+                        _store(out, name, w["name"], part)
+                    else:
+                        got = out.pairing.setdefault(name, {}).setdefault(w["name"], {})
+                        got[str(p)] = part | {"model_first": p % 2 == 1}
+                        if len(got) == pairings:
+                            _store(out, name, w["name"], combine([got[str(i)] for i in range(pairings)]))
                     out.seconds = before + time.perf_counter() - t0
                     n_done += 1
                     if save:
                         save(out)
                     el = time.perf_counter() - t0
-                    log(f"[paired] {name} {w['name']}: TPOT ratio {ratio['tpot_s']:.3f} ± {se['tpot_s']:.1%} "
-                        f"({len(pairs)} rounds); {n_done}/{cells} cells, {el / 60:.1f} min, "
-                        f"ETA {el / n_done * (cells - n_done) / 60:.0f} min")
+                    log(f"[paired] {name} {w['name']}" + (f" (pairing {p + 1}/{pairings})" if pairings > 1 else "")
+                        + f": TPOT ratio {part['ratio']['tpot_s']:.3f} ± {part['se']['tpot_s']:.1%} "
+                        f"({len(part['per_round']['tpot_s'])} rounds); {n_done}/{units} done, {el / 60:.1f} min, "
+                        f"ETA {el / n_done * (units - n_done) / 60:.0f} min")
             finally:
                 eng.stop()
+                if shared is None:
+                    ref.stop()
     finally:
-        ref.stop()
+        if shared is not None:
+            shared.stop()
         out.seconds = before + time.perf_counter() - t0  # an interrupted run's time counts too
         if save:
             save(out)

@@ -44,7 +44,7 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
         assert r["error"] == pytest.approx(want - 1) and r["rounds"] == 6
     args = SimpleNamespace(heldout_seed=3, budget_min=90.0, target_se=0.025, rounds=4, max_rounds=16,
                            workloads=["short", "concurrent"], fitted="bench/results/x.json", threads=2,
-                           models=None)
+                           models=None, pairings=1, heldout_only=False)
     control = [r | {"model": "parent-again", "measured": 0.98, "se": 0.01} for r in rows]
     out = {"result": res.as_dict(), "machine": "x86_64, 2 CPUs", "finished": "now", "pairs": [a.name, "b", "c", "d"],
            "control": control}
@@ -55,3 +55,19 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
     assert f"| short | {idx:.3f} |" in md
     assert "| tpot | 2 | 9.1% | 9.1% | -9.1% | 2.0% |" in md
     assert f"| {a.name} | short | {pred['short']['tpot']:.3f} | {1.1 * pred['short']['tpot']:.3f} ± 2.0% | 6 | -9.1% |" in md
+    assert "Process pairings" not in md  # one pairing: nothing to compare
+
+    # two pairings: measured 5% dearer (pairing 0) and 15% dearer (pairing 1) than predicted; the cell is the mean
+    parts = {w: {str(i): {"ratio": {fp.KEYS[k]: v * (f if k != "throughput" else 1 / f) for k, v in pred[w].items()}}
+                 for i, f in ((0, 1.05), (1, 1.15))} for w in meas}
+    res.pairing = {a.name: parts}
+    rows = fp.cells(res, [a], parent, wls, limits, prof, tgt)
+    r = next(r for r in rows if r["workload"] == "short" and r["metric"] == "e2e")
+    assert r["parts"] == pytest.approx([1.05 * pred["short"]["e2e"], 1.15 * pred["short"]["e2e"]])
+    args.pairings = 2
+    md = fp.table(out, rows, rows, args)
+    # spread 1.15 / 1.05 - 1 = 9.5%; start order 1.095; pairing 0 alone errs 1/1.05 - 1 = -4.8%, pairing 1 -13.0%;
+    # the cell (the stored ratio, 1.1x) -9.1%
+    assert "| short | e2e | 9.5% | 9.5% | 1.095 | 4.8% / 4.8% | 13.0% / 13.0% | 9.1% / 9.1% |" in md
+    assert "| concurrent | throughput | 8.7% | 8.7% | 0.913 |" in md  # throughput falls where time rises
+    assert "--pairings 2" in md

@@ -178,3 +178,67 @@ def test_an_interrupted_run_resumes_without_measuring_its_cells_again(monkeypatc
     assert res.ratio["A"]["short"]["tpot_s"] == 1.5 and res.seconds > before
     with pytest.raises(ValueError, match="against R"):
         paired.measure_paired(models, "A", None, wl, None, None, rounds=2, start_engine=start, done=first)
+
+
+def test_pairings_start_fresh_processes_in_swapped_order_and_count_their_spread_in_the_se(monkeypatch):
+    """Each process carries a level of its own (the twenty-eighth session's batched-prefill offset):
+    with two pairings the cell is the mean of both, and its SE is the spread between them."""
+    monkeypatch.setattr(paired, "SWITCH_S", 0.0)
+    levels = iter([1.0, 1.1, 1.0, 0.9, 1.0, 1.0, 1.0, 1.0])  # one per process, in start order
+    started = []
+
+    def start(name, folder, target, limits, work, threads):
+        started.append(name)
+        lvl = next(levels)
+        return _Stand(name, {"R": 1.0, "A": 2.0}[name] * lvl, lambda t: 1.0)
+    wl = [{"name": "short", "mode": "serve", "concurrency": 1}]
+    res = paired.measure_paired({"R": None, "A": None}, "R", None, wl, None, None, rounds=2, start_engine=start,
+                                log=lambda m: None, pairings=2)
+    assert started == ["R", "A", "A", "R"]  # the reference first, then the model first
+    assert len(res.start_seconds) == 4 and all(t >= 0 for t in res.start_seconds)
+    parts = res.pairing["A"]["short"]
+    assert [parts[p]["model_first"] for p in ("0", "1")] == [False, True]
+    # pairing 0: A at level 1.1 over R at 1.0 -> 2.2; pairing 1: A at 1.0 over R at 0.9 -> 2.222
+    assert parts["0"]["ratio"]["tpot_s"] == pytest.approx(2.2) and parts["1"]["ratio"]["tpot_s"] == pytest.approx(2 / 0.9)
+    mean = (2.2 + 2 / 0.9) / 2
+    assert res.ratio["A"]["short"]["tpot_s"] == pytest.approx(mean)
+    # the rounds inside each pairing agree exactly (SE 0), so the between-pairing spread is the SE
+    assert res.se["A"]["short"]["tpot_s"] == pytest.approx(abs(2.2 - 2 / 0.9) / 2 ** 0.5 / 2 ** 0.5 / mean)
+    assert len(res.per_round["A"]["short"]["tpot_s"]) == 4
+
+
+def test_combine_keeps_the_larger_of_the_rounds_and_the_between_pairing_se():
+    m = lambda r, se: {"ratio": {k: r for k in paired.METRICS}, "se": {k: se for k in paired.METRICS},  # noqa: E731
+                       "per_round": {k: [r] for k in paired.METRICS}, "absolute": {k: r for k in paired.METRICS},
+                       "reference_absolute": {k: 1.0 for k in paired.METRICS}}
+    c = paired.combine([m(1.0, 0.10), m(1.02, 0.10)])  # noisy rounds, pairings that agree
+    assert c["ratio"]["e2e_s"] == pytest.approx(1.01)
+    within = (0.1 ** 2 + 0.102 ** 2) ** 0.5 / 2 / 1.01
+    assert c["se"]["e2e_s"] == pytest.approx(within) and c["se_rounds"]["e2e_s"] == pytest.approx(within)
+    c = paired.combine([m(0.9, 0.01), m(1.1, 0.01)])  # quiet rounds, pairings 20% apart
+    # stdev(0.9, 1.1) = 0.1414, over sqrt(2) pairings = 0.1, relative to the mean 1.0
+    assert c["se"]["e2e_s"] == pytest.approx(0.1) and c["se_between"]["e2e_s"] == pytest.approx(0.1)
+
+
+def test_a_run_with_pairings_resumes_at_the_pairing_it_lost(monkeypatch):
+    monkeypatch.setattr(paired, "SWITCH_S", 0.0)
+    wl = [{"name": "short", "mode": "serve", "concurrency": 1}]
+    saved, started = [], []
+
+    def start(name, folder, target, limits, work, threads):
+        started.append(name)
+        if len(started) == 4:  # pairing 1's second start (the reference) fails once
+            raise paired.PairedError("R failed to load")
+        return _Stand(name, {"R": 1.0, "A": 1.5}[name], lambda t: 1.0)
+    models = {"R": None, "A": None}
+    with pytest.raises(paired.PairedError):
+        paired.measure_paired(models, "R", None, wl, None, None, rounds=2, start_engine=start, log=lambda m: None,
+                              save=lambda r: saved.append(json.dumps(r.as_dict())), pairings=2)
+    first = paired.PairedResult.from_dict(json.loads(saved[-1]))
+    assert first.ratio == {} and set(first.pairing["A"]["short"]) == {"0"}  # one pairing kept, no cell yet
+    res = paired.measure_paired(models, "R", None, wl, None, None, rounds=2, start_engine=start,
+                                log=lambda m: None, done=first, pairings=2)
+    assert started == ["R", "A", "A", "R", "A", "R"]  # only pairing 1 again, the model first
+    assert res.ratio["A"]["short"]["tpot_s"] == pytest.approx(1.5) and res.se["A"]["short"]["tpot_s"] == 0.0
+    with pytest.raises(ValueError, match="at least 1"):
+        paired.measure_paired(models, "R", None, wl, None, None, pairings=0)
