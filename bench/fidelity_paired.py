@@ -67,7 +67,8 @@ def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
                              "ref_measured": res.reference_absolute[a.name][w["name"]][key],
                              # each pairing's own ratio, in pairing order (0: the reference started first)
                              "parts": [q["ratio"][key] for _, q in sorted(res.pairing.get(a.name, {})
-                                                                          .get(w["name"], {}).items())]})
+                                                                          .get(w["name"], {}).items(),
+                                                                          key=lambda kv: int(kv[0]))]})
     for r in rows:
         r["error"] = r["predicted"] / r["measured"] - 1
     return rows
@@ -81,7 +82,7 @@ def _measure(args, folders, cal, wls, limits, tgt, root):
     done = None
     if partial.is_file() and not args.fresh:
         d = json.loads(partial.read_text())
-        if d["plan"] != plan_now:
+        if {"pairings": 1} | d["plan"] != plan_now:  # a run from before pairings had one
             sys.exit(f"{partial} is a run of another plan ({d['plan']}); pass --fresh to discard it")
         done = PairedResult.from_dict(d["result"])
         print(f"[fidelity-paired] resuming: {sum(len(v) for v in done.ratio.values())} cells already measured")
@@ -212,9 +213,10 @@ def pairing_lines(rows, args) -> list[str]:
     if not rs:
         return []
     lines = ["", f"## Process pairings ({args.pairings} per model, fresh processes, start order swapped)", "",
-             "Pairing 0 starts the parent first, pairing 1 the model first. Spread: |pairing 1 / pairing 0 - 1|; "
-             "start order: the median of pairing 1 / pairing 0 (above 1: the model reads dearer when it starts "
-             "first, i.e. the engine started second runs faster).", "",
+             "Pairing 0 starts the parent first, pairing 1 the model first (only these two are compared here). "
+             "Spread: |pairing 1 / pairing 0 - 1|; start order: the median of pairing 1 / pairing 0, for throughput "
+             "of pairing 0 / pairing 1, so that in every row above 1 means the model reads dearer when it starts "
+             "first (the engine started second runs faster).", "",
              "| workload | metric | spread median | spread p95 | start order (median p1/p0) | error, pairing 0 alone "
              "(median / p95) | pairing 1 alone | both (the cell) |", "|---|---|---|---|---|---|---|---|"]
     for w in args.workloads:
@@ -222,9 +224,10 @@ def pairing_lines(rows, args) -> list[str]:
             c = [r for r in rs if r["workload"] == w and r["metric"] == k]
             if not c:
                 continue
-            d = [r["parts"][1] / r["parts"][0] for r in c]
+            raw = [r["parts"][1] / r["parts"][0] for r in c]
+            d = [x ** (-1 if k == "throughput" else 1) for x in raw]
             err = [[r["predicted"] / r["parts"][i] - 1 for r in c] for i in (0, 1)] + [[r["error"] for r in c]]
-            lines.append(f"| {w} | {k} | {pct([x - 1 for x in d], 50):.1%} | {pct([x - 1 for x in d], 95):.1%} | "
+            lines.append(f"| {w} | {k} | {pct([x - 1 for x in raw], 50):.1%} | {pct([x - 1 for x in raw], 95):.1%} | "
                          f"{statistics.median(d):.3f} | " + " | ".join(f"{pct(e, 50):.1%} / {pct(e, 95):.1%}" for e in err)
                          + " |")
     lines += ["", "Over all workloads: " + ", ".join(
@@ -273,6 +276,11 @@ def table(out, rows, pair_rows, args) -> str:
         ab = [r["abs_predicted"] / r["abs_measured"] - 1 for r in rs]
         lines.append(f"| {k} | {len(rs)} | {pct(err, 50):.1%} | {pct(err, 95):.1%} | {statistics.median(err):+.1%} | "
                      f"{statistics.median(r['se'] for r in rs):.1%} | {pct(ab, 50):.1%} | {pct(ab, 95):.1%} |")
+    z = {k: [abs(r["error"]) / r["se"] for r in rows if r["metric"] == k and r["se"] > 0] for k in KEYS}
+    lines += ["", "Each error against its cell's own SE (|error| / SE; were the profile exact, about 5% of cells would "
+              "lie beyond 2 SE, more where an SE is underestimated): " + ", ".join(
+                  f"{k} median {statistics.median(v):.1f}, beyond 2 SE {sum(x > 2 for x in v)} of {len(v)}"
+                  for k, v in z.items() if v) + "."]
     ctrl = {(r["workload"], r["metric"]): r["measured"] for r in out.get("control", [])}
     lines += ["", "Per workload, ratio error median / p95 / median signed:", "",
               "| workload | " + " | ".join(KEYS) + " |", "|---|" + "---|" * len(KEYS)]
@@ -288,9 +296,11 @@ def table(out, rows, pair_rows, args) -> str:
                       for k in KEYS for e in [[r["predicted"] / (r["measured"] / ctrl[(r["workload"], k)]) - 1
                                                for r in rows if r["metric"] == k and (r["workload"], k) in ctrl]] if e)
                   + "."]
-    lines += ["", "Control, `parent-again`: a second engine on the parent's own folder, started after the "
-              "reference and measured the same way in this run (true ratio 1.000; a departure is the method's own "
-              "error, e.g. a bias of the engine started second):", "",
+    lines += ["", "Control, `parent-again`: a second engine on the parent's own folder, measured the same way in "
+              "this run " + ("(started after the reference" if args.pairings == 1 else
+                            f"({args.pairings} pairings, started after the reference in one and before it in the other")
+              + "; true ratio 1.000, a departure is the method's own error, e.g. a level of one pair of processes):",
+              "",
               "| workload | TTFT | TPOT | E2E | throughput |", "|---|---|---|---|---|"]
     for w in args.workloads:
         cs = {r["metric"]: r for r in out.get("control", []) if r["workload"] == w}
@@ -310,7 +320,7 @@ def table(out, rows, pair_rows, args) -> str:
         idx = {k: statistics.fmean(r["ref_measured"] for r in rows if r["workload"] == w and r["metric"] == k)
                / rs[k]["ref_predicted"] for k in ("tpot", "e2e", "throughput")}
         lines.append(f"| {w} | {idx['tpot']:.3f} | {idx['e2e']:.3f} | {1 / idx['throughput']:.3f} |")
-    lines += ["", "## Every cell (TPOT)", "", "| model | workload | predicted | measured ± SE | rounds | error |",
+    lines += ["", "## Every cell (TPOT)", "", "| model | workload | predicted | measured ± SE | rounds (all pairings) | error |",
               "|---|---|---|---|---|---|"]
     for r in rows:
         if r["metric"] == "tpot":
@@ -330,6 +340,8 @@ def table(out, rows, pair_rows, args) -> str:
                     se = (ra["se"] ** 2 + rb["se"] ** 2) ** 0.5
                     lines.append(f"| {a} / {b} | {w} | {k} | {ra['predicted'] / rb['predicted']:.3f} | "
                                  f"{ra['measured'] / rb['measured']:.3f} ± {se:.1%} |")
+    if lines[-1] == "|---|---|---|---|---|":  # no pair had both members measured (--heldout-only)
+        lines[-4:] = ["Not measured in this run: `--heldout-only` leaves out the pairs' calibration members."]
     return "\n".join(lines)
 
 

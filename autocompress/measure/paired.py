@@ -266,7 +266,9 @@ def measure_paired(models: dict[str, Path], reference: str, target, workloads: l
     ``pairings`` = 1: one reference engine serves every model. ``pairings`` = K > 1: each model gets
     K pairs of fresh processes, the reference started first in even pairings and the model first in
     odd ones (so a start-order effect cancels over two), each pairing measuring every workload with
-    ``rounds``; a cell is the ``combine`` of its K pairings, kept in ``pairing`` as well."""
+    ``rounds``; a cell is the ``combine`` of its K pairings, kept in ``pairing`` as well. A pairing
+    cut off partway is finished, on resuming, by a new pair of processes in the same start order:
+    its cells then come from two process pairs (each cell from one)."""
     if pairings < 1:
         raise ValueError(f"pairings must be at least 1, not {pairings}")
     rule = rounds if isinstance(rounds, Sampling) else Sampling(rounds)
@@ -315,7 +317,7 @@ def measure_paired(models: dict[str, Path], reference: str, target, workloads: l
                     else:
                         got = out.pairing.setdefault(name, {}).setdefault(w["name"], {})
                         got[str(p)] = part | {"model_first": p % 2 == 1}
-                        if len(got) == pairings:
+                        if all(str(i) in got for i in range(pairings)):
                             _store(out, name, w["name"], combine([got[str(i)] for i in range(pairings)]))
                     out.seconds = before + time.perf_counter() - t0
                     n_done += 1
@@ -327,9 +329,11 @@ def measure_paired(models: dict[str, Path], reference: str, target, workloads: l
                         f"({len(part['per_round']['tpot_s'])} rounds); {n_done}/{units} done, {el / 60:.1f} min, "
                         f"ETA {el / n_done * (units - n_done) / 60:.0f} min")
             finally:
-                eng.stop()
-                if shared is None:
-                    ref.stop()
+                try:
+                    eng.stop()
+                finally:  # an interrupt while the model's engine stops must not leave the reference running
+                    if shared is None:
+                        ref.stop()
     finally:
         if shared is not None:
             shared.stop()

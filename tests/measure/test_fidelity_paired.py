@@ -54,6 +54,7 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
     idx = 2.0 / rows[[r["metric"] for r in rows].index("tpot")]["ref_predicted"]
     assert f"| short | {idx:.3f} |" in md
     assert "| tpot | 2 | 9.1% | 9.1% | -9.1% | 2.0% |" in md
+    assert "tpot median 4.5, beyond 2 SE 2 of 2" in md  # 9.1% off at an SE of 2%
     assert f"| {a.name} | short | {pred['short']['tpot']:.3f} | {1.1 * pred['short']['tpot']:.3f} ± 2.0% | 6 | -9.1% |" in md
     assert "Process pairings" not in md  # one pairing: nothing to compare
 
@@ -69,5 +70,6 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
     # spread 1.15 / 1.05 - 1 = 9.5%; start order 1.095; pairing 0 alone errs 1/1.05 - 1 = -4.8%, pairing 1 -13.0%;
     # the cell (the stored ratio, 1.1x) -9.1%
     assert "| short | e2e | 9.5% | 9.5% | 1.095 | 4.8% / 4.8% | 13.0% / 13.0% | 9.1% / 9.1% |" in md
-    assert "| concurrent | throughput | 8.7% | 8.7% | 0.913 |" in md  # throughput falls where time rises
+    # the spread is of the ratios themselves (1.05 / 1.15); the start order reads as time does (1.15 / 1.05)
+    assert "| concurrent | throughput | 8.7% | 8.7% | 1.095 |" in md
     assert "--pairings 2" in md

@@ -220,25 +220,59 @@ def test_combine_keeps_the_larger_of_the_rounds_and_the_between_pairing_se():
     assert c["se"]["e2e_s"] == pytest.approx(0.1) and c["se_between"]["e2e_s"] == pytest.approx(0.1)
 
 
-def test_a_run_with_pairings_resumes_at_the_pairing_it_lost(monkeypatch):
+class _Tracked(_Stand):
+    """A stand-in that records its stop, and can fail on a given workload."""
+
+    def __init__(self, name, true, stops, fail_on=None):
+        super().__init__(name, true, lambda t: 1.0)
+        self.stops, self.fail_on = stops, fail_on
+
+    def run(self, w, seed):
+        if w["name"] == self.fail_on:
+            raise paired.PairedError(f"{self.name} died on {w['name']}")
+        return super().run(w, seed)
+
+    def stop(self):
+        self.stops.append(self.name)
+        return {}
+
+
+def test_a_run_with_pairings_resumes_at_the_pairing_it_lost_and_stops_every_engine(monkeypatch):
     monkeypatch.setattr(paired, "SWITCH_S", 0.0)
-    wl = [{"name": "short", "mode": "serve", "concurrency": 1}]
-    saved, started = [], []
+    wl = [{"name": "short", "mode": "serve", "concurrency": 1}, {"name": "long", "mode": "serve", "concurrency": 1}]
+    saved, started, stops = [], [], []
+    true = {"R": 1.0, "A": 1.5}
 
     def start(name, folder, target, limits, work, threads):
         started.append(name)
         if len(started) == 4:  # pairing 1's second start (the reference) fails once
             raise paired.PairedError("R failed to load")
-        return _Stand(name, {"R": 1.0, "A": 1.5}[name], lambda t: 1.0)
+        return _Tracked(name, true[name], stops)
     models = {"R": None, "A": None}
+    kw = dict(rounds=2, log=lambda m: None, pairings=2, save=lambda r: saved.append(json.dumps(r.as_dict())))
     with pytest.raises(paired.PairedError):
-        paired.measure_paired(models, "R", None, wl, None, None, rounds=2, start_engine=start, log=lambda m: None,
-                              save=lambda r: saved.append(json.dumps(r.as_dict())), pairings=2)
+        paired.measure_paired(models, "R", None, wl, None, None, start_engine=start, **kw)
+    assert stops == ["A", "R", "A"]  # pairing 0's two engines, then pairing 1's model when its reference failed
     first = paired.PairedResult.from_dict(json.loads(saved[-1]))
     assert first.ratio == {} and set(first.pairing["A"]["short"]) == {"0"}  # one pairing kept, no cell yet
-    res = paired.measure_paired(models, "R", None, wl, None, None, rounds=2, start_engine=start,
-                                log=lambda m: None, done=first, pairings=2)
+    res = paired.measure_paired(models, "R", None, wl, None, None, start_engine=start, done=first, **kw)
     assert started == ["R", "A", "A", "R", "A", "R"]  # only pairing 1 again, the model first
     assert res.ratio["A"]["short"]["tpot_s"] == pytest.approx(1.5) and res.se["A"]["short"]["tpot_s"] == 0.0
+
+    # a pairing cut off partway (its engine dies on the second workload) resumes with that workload only
+    saved.clear(), started.clear(), stops.clear()
+
+    def dying(name, folder, target, limits, work, threads):
+        started.append(name)
+        return _Tracked(name, true[name], stops, fail_on="long" if name == "A" and len(started) == 2 else None)
+    with pytest.raises(paired.PairedError, match="died on long"):
+        paired.measure_paired(models, "R", None, wl, None, None, start_engine=dying, **kw)
+    assert stops == ["A", "R"]
+    cut = paired.PairedResult.from_dict(json.loads(saved[-1]))
+    assert {w: set(v) for w, v in cut.pairing["A"].items()} == {"short": {"0"}}
+    res = paired.measure_paired(models, "R", None, wl, None, None, start_engine=dying, done=cut, **kw)
+    assert started == ["R", "A", "R", "A", "A", "R"]  # pairing 0 again (reference first) for long, then pairing 1
+    assert {w: set(v) for w, v in res.pairing["A"].items()} == {"short": {"0", "1"}, "long": {"0", "1"}}
+    assert res.ratio["A"]["long"]["tpot_s"] == pytest.approx(1.5)
     with pytest.raises(ValueError, match="at least 1"):
         paired.measure_paired(models, "R", None, wl, None, None, pairings=0)
