@@ -68,7 +68,10 @@ def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
                              # each pairing's own ratio, in pairing order (0: the reference started first)
                              "parts": [q["ratio"][key] for _, q in sorted(res.pairing.get(a.name, {})
                                                                           .get(w["name"], {}).items(),
-                                                                          key=lambda kv: int(kv[0]))]})
+                                                                          key=lambda kv: int(kv[0]))],
+                             "part_se": [q["se"][key] for _, q in sorted(res.pairing.get(a.name, {})
+                                                                         .get(w["name"], {}).items(),
+                                                                         key=lambda kv: int(kv[0]))]})
     for r in rows:
         r["error"] = r["predicted"] / r["measured"] - 1
     return rows
@@ -230,6 +233,17 @@ def pairing_lines(rows, args) -> list[str]:
             lines.append(f"| {w} | {k} | {pct([x - 1 for x in raw], 50):.1%} | {pct([x - 1 for x in raw], 95):.1%} | "
                          f"{statistics.median(d):.3f} | " + " | ".join(f"{pct(e, 50):.1%} / {pct(e, 95):.1%}" for e in err)
                          + " |")
+    from autocompress.measure.paired import METRICS, combine
+
+    def one(x, e):  # a pairing's summary as ``combine`` takes it, every metric set to this row's
+        return {f: {m: v for m in METRICS} for f, v in (("ratio", x), ("se", e), ("per_round", []), ("absolute", 0.0),
+                                                      ("reference_absolute", 0.0))}
+    goal = [r for r in rs if r["metric"] in ("tpot", "e2e", "throughput")]
+    cs = [combine([one(x, e) for x, e in zip(r["parts"], r["part_se"])]) for r in goal]
+    lines += ["", f"Where a cell's SE comes from (TPOT, E2E, throughput, {len(goal)} cells): the spread between its "
+              f"pairings exceeds the rounds' pooled SE in {sum(c['se_between']['e2e_s'] > c['se_rounds']['e2e_s'] for c in cs)}"
+              f"; median rounds' SE {statistics.median(c['se_rounds']['e2e_s'] for c in cs):.1%}, median "
+              f"between-pairing SE {statistics.median(c['se_between']['e2e_s'] for c in cs):.1%}."]
     lines += ["", "Over all workloads: " + ", ".join(
         f"{k} " + " ; ".join(f"{lab} {pct(e, 50):.1%} / {pct(e, 95):.1%}" for lab, e in (
             ("pairing 0", [r["predicted"] / r["parts"][0] - 1 for r in rs if r["metric"] == k]),

@@ -59,7 +59,8 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
     assert "Process pairings" not in md  # one pairing: nothing to compare
 
     # two pairings: measured 5% dearer (pairing 0) and 15% dearer (pairing 1) than predicted; the cell is the mean
-    parts = {w: {str(i): {"ratio": {fp.KEYS[k]: v * (f if k != "throughput" else 1 / f) for k, v in pred[w].items()}}
+    parts = {w: {str(i): {"ratio": {fp.KEYS[k]: v * (f if k != "throughput" else 1 / f) for k, v in pred[w].items()},
+                          "se": {fp.KEYS[k]: 0.01 for k in pred[w]}}
                  for i, f in ((0, 1.05), (1, 1.15))} for w in meas}
     res.pairing = {a.name: parts}
     rows = fp.cells(res, [a], parent, wls, limits, prof, tgt)
@@ -73,3 +74,6 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
     # the spread is of the ratios themselves (1.05 / 1.15); the start order reads as time does (1.15 / 1.05)
     assert "| concurrent | throughput | 8.7% | 8.7% | 1.095 |" in md
     assert "--pairings 2" in md
+    # between pairings 0.1 / 2 / 1.1 = 4.5% in every cell, above the rounds' sqrt(1.05^2 + 1.15^2) % / 2 / 1.1 = 0.7%
+    assert "(TPOT, E2E, throughput, 6 cells): the spread between its pairings exceeds the rounds' pooled SE in 6; " \
+           "median rounds' SE 0.7%, median between-pairing SE 4.5%." in md
