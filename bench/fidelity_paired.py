@@ -57,6 +57,8 @@ def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
             if w["name"] not in res.ratio.get(a.name, {}):
                 continue
             pa = predicted(a, point(w), limits[a.name], prof, tgt)
+            got = res.pairing.get(a.name, {}).get(w["name"], {})  # each pairing, in pairing order (0: parent first)
+            parts = [got[p] for p in sorted(got, key=int)]
             for k, key in KEYS.items():
                 rows.append({"model": a.name, "workload": w["name"], "metric": k,
                              "predicted": pa[k] / pp[w["name"]][k], "measured": res.ratio[a.name][w["name"]][key],
@@ -65,13 +67,7 @@ def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
                              "abs_predicted": pa[k], "abs_measured": res.absolute[a.name][w["name"]][key],
                              "ref_predicted": pp[w["name"]][k],
                              "ref_measured": res.reference_absolute[a.name][w["name"]][key],
-                             # each pairing's own ratio, in pairing order (0: the reference started first)
-                             "parts": [q["ratio"][key] for _, q in sorted(res.pairing.get(a.name, {})
-                                                                          .get(w["name"], {}).items(),
-                                                                          key=lambda kv: int(kv[0]))],
-                             "part_se": [q["se"][key] for _, q in sorted(res.pairing.get(a.name, {})
-                                                                         .get(w["name"], {}).items(),
-                                                                         key=lambda kv: int(kv[0]))]})
+                             "parts": [q["ratio"][key] for q in parts], "part_se": [q["se"][key] for q in parts]})
     for r in rows:
         r["error"] = r["predicted"] / r["measured"] - 1
     return rows
