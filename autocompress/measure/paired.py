@@ -199,7 +199,9 @@ def measure_paired(models: dict[str, Path], reference: str, target, workloads: l
     odd ones (so a start-order effect cancels over two), each pairing measuring every workload with
     ``rounds``; a cell is the ``combine`` of its K pairings, kept in ``pairing`` as well. A pairing
     cut off partway is finished, on resuming, by a new pair of processes in the same start order:
-    its cells then come from two process pairs (each cell from one)."""
+    its cells then come from two process pairs (each cell from one). A finished run of K pairings
+    passed as ``done`` with ``pairings`` > K gets pairings K.. only; its cells stay the combine of the
+    pairings they have until all are in."""
     if pairings < 1:
         raise ValueError(f"pairings must be at least 1, not {pairings}")
     rule = rounds if isinstance(rounds, Sampling) else Sampling(rounds)
@@ -211,8 +213,8 @@ def measure_paired(models: dict[str, Path], reference: str, target, workloads: l
     t0, before = time.perf_counter(), out.seconds  # ``seconds``: wall time of every call, start-ups included
 
     def left(name: str, p: int) -> list[dict]:  # the workloads pairing p of ``name`` has still to measure
-        return [w for w in chunks if w["name"] not in out.ratio.get(name, {})
-                and (pairings == 1 or str(p) not in out.pairing.get(name, {}).get(w["name"], {}))]
+        return [w for w in chunks if (w["name"] not in out.ratio.get(name, {}) if pairings == 1
+                                      else str(p) not in out.pairing.get(name, {}).get(w["name"], {}))]
     def launch(who: str) -> Engine:
         t = time.perf_counter()
         e = start_engine(who, models[who], target, lim(who), work, threads)
@@ -247,7 +249,8 @@ def measure_paired(models: dict[str, Path], reference: str, target, workloads: l
                         _store(out, name, w["name"], part)
                     else:
                         got = out.pairing.setdefault(name, {}).setdefault(w["name"], {})
-                        got[str(p)] = part | {"model_first": p % 2 == 1}
+                        got[str(p)] = part | {"model_first": p % 2 == 1,
+                                              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
                         if all(str(i) in got for i in range(pairings)):
                             _store(out, name, w["name"], combine([got[str(i)] for i in range(pairings)]))
                     out.seconds = before + time.perf_counter() - t0

@@ -44,7 +44,7 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
         assert r["error"] == pytest.approx(want - 1) and r["rounds"] == 6
     args = SimpleNamespace(heldout_seed=3, budget_min=90.0, target_se=0.025, rounds=4, max_rounds=16,
                            workloads=["short", "concurrent"], fitted="bench/results/x.json", threads=2,
-                           models=None, pairings=1, heldout_only=False)
+                           models=None, pairings=1, heldout_only=False, out="bench/results/x", root="bench/work/x")
     control = [r | {"model": "parent-again", "measured": 0.98, "se": 0.01} for r in rows]
     out = {"result": res.as_dict(), "machine": "x86_64, 2 CPUs", "finished": "now", "pairs": [a.name, "b", "c", "d"],
            "control": control}
@@ -71,9 +71,46 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
     # spread 1.15 / 1.05 - 1 = 9.5%; start order 1.095; pairing 0 alone errs 1/1.05 - 1 = -4.8%, pairing 1 -13.0%;
     # the cell (the stored ratio, 1.1x) -9.1%
     assert "| short | e2e | 9.5% | 9.5% | 1.095 | 4.8% / 4.8% | 13.0% / 13.0% | 9.1% / 9.1% |" in md
-    # the spread is of the ratios themselves (1.05 / 1.15); the start order reads as time does (1.15 / 1.05)
-    assert "| concurrent | throughput | 8.7% | 8.7% | 1.095 |" in md
+    # the spread is the largest pairing over the smallest either way; the start order reads as time does (1.15 / 1.05)
+    assert "| concurrent | throughput | 9.5% | 9.5% | 1.095 |" in md
     assert "--pairings 2" in md
     # between pairings 0.1 / 2 / 1.1 = 4.5% in every cell, above the rounds' sqrt(1.05^2 + 1.15^2) % / 2 / 1.1 = 0.7%
     assert "(TPOT, E2E, throughput, 6 cells): the spread between its pairings exceeds the rounds' pooled SE in 6; " \
            "median rounds' SE 0.7%, median between-pairing SE 4.5%." in md
+
+    # four pairings (an extended run): the errors with each pairing alone, each consecutive two, and all four
+    parts = {w: {str(i): {"ratio": {fp.KEYS[k]: v * (f if k != "throughput" else 1 / f) for k, v in pred[w].items()},
+                          "se": {fp.KEYS[k]: 0.01 for k in pred[w]}}
+                 for i, f in enumerate((1.05, 1.15, 1.00, 1.20))} for w in meas}
+    res.pairing = {a.name: parts}
+    rows = fp.cells(res, [a], parent, wls, limits, prof, tgt)
+    args.pairings = 4
+    hist = [{"command": "python bench/fidelity_paired.py A", "pairings": [0, 1], "finished": "t0", "seconds": 600.0},
+            {"command": "python bench/fidelity_paired.py B", "pairings": [2, 3], "finished": "t1", "seconds": 1200.0}]
+    md = fp.table(out | {"history": hist}, rows, rows, args)
+    assert "Pairings 0-1: `python bench/fidelity_paired.py A`, finished t0, 10 min." in md
+    assert "Pairings 2-3: `python bench/fidelity_paired.py B`, finished t1, 20 min." in md
+    # spread 1.20 / 1.00 - 1; start order (1.15 + 1.20) / (1.05 + 1.00) = 1.146; pairing 2 alone errs 0.0%
+    assert "| short | e2e | 20.0% | 20.0% | 1.146 | 4.8% / 4.8% | 13.0% / 13.0% | 0.0% / 0.0% | 16.7% / 16.7% |" in md
+    # pairings 2+3: 1 / 1.10 - 1 = -9.1%, as 0+1; the cell is still the stored ratio (1.1x)
+    assert "tpot pairing 0 4.8% / 4.8% ; pairing 1 13.0% / 13.0% ; pairing 2 0.0% / 0.0% ; pairing 3 16.7% / 16.7% ; " \
+           "pairings 0+1 9.1% / 9.1% ; pairings 2+3 9.1% / 9.1% ; all 4 9.1% / 9.1%" in md
+    assert "Process pairings (4 per model" in md
+
+
+def test_an_extension_records_which_command_measured_which_pairings():
+    fp = _bench("fidelity_paired")
+    base_args = {"heldout_seed": 3, "budget_min": 100.0, "target_se": 0.025, "rounds": 2, "max_rounds": 8,
+                 "workloads": ["short"], "fitted": "bench/results/f.json", "pairings": 2, "heldout_only": True,
+                 "models": None, "out": "bench/results/p2", "root": "bench/work/p2"}
+    base = {"args": base_args, "finished": "t0", "result": {"seconds": 6000.0}}
+    args = SimpleNamespace(**base_args | {"pairings": 4, "budget_min": 90.0, "extend": "bench/results/p2.json",
+                                          "out": "bench/results/p4", "root": "bench/work/p4"})
+    h = fp.history(base, args, SimpleNamespace(seconds=9000.0))
+    assert [x["pairings"] for x in h] == [[0, 1], [2, 3]]
+    assert h[0]["command"].endswith("--pairings 2 --heldout-only --out bench/results/p2 --root bench/work/p2")
+    assert "--budget-min 90 " in h[1]["command"] and "--extend bench/results/p2.json" in h[1]["command"]
+    assert h[0]["seconds"] == 6000.0 and h[1]["seconds"] == 3000.0  # this part's own time
+    # extending the extension keeps the parts and numbers on from the last pairing
+    h2 = fp.history(base | {"history": h}, SimpleNamespace(**vars(args) | {"pairings": 6}), SimpleNamespace(seconds=9500.0))
+    assert [x["pairings"] for x in h2] == [[0, 1], [2, 3], [4, 5]] and h2[2]["seconds"] == 500.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 
 import pytest
@@ -276,3 +277,31 @@ def test_a_run_with_pairings_resumes_at_the_pairing_it_lost_and_stops_every_engi
     assert res.ratio["A"]["long"]["tpot_s"] == pytest.approx(1.5)
     with pytest.raises(ValueError, match="at least 1"):
         paired.measure_paired(models, "R", None, wl, None, None, pairings=0)
+
+
+def test_a_finished_run_extended_to_more_pairings_measures_only_the_new_ones_and_combines_all(monkeypatch):
+    monkeypatch.setattr(paired, "SWITCH_S", 0.0)
+    levels = iter([1.0, 1.0, 1.0, 1.0, 1.0, 1.2, 1.2, 1.0])  # one per process, in start order
+    started = []
+
+    def start(name, folder, target, limits, work, threads):
+        started.append(name)
+        return _Stand(name, {"R": 1.0, "A": 2.0}[name] * next(levels), lambda t: 1.0)
+    wl = [{"name": "short", "mode": "serve", "concurrency": 1}]
+    kw = dict(rounds=2, start_engine=start, log=lambda m: None)
+    two = paired.measure_paired({"R": None, "A": None}, "R", None, wl, None, None, pairings=2, **kw)
+    assert two.ratio["A"]["short"]["tpot_s"] == pytest.approx(2.0)
+    done = paired.PairedResult.from_dict(json.loads(json.dumps(two.as_dict())))  # as a stored run comes back
+    four = paired.measure_paired({"R": None, "A": None}, "R", None, wl, None, None, pairings=4, done=done, **kw)
+    assert started == ["R", "A", "A", "R", "R", "A", "A", "R"]  # pairings 2 and 3 only, the start order alternating
+    parts = four.pairing["A"]["short"]
+    assert sorted(parts) == ["0", "1", "2", "3"] and [parts[p]["model_first"] for p in "0123"] == [False, True] * 2
+    assert all(parts[p]["finished"].endswith("UTC") for p in "0123")
+    # pairing 2: A at 1.2 over R at 1.0 -> 2.4; pairing 3: A at 1.2 over R at 1.0 -> 2.4; the cell is the mean of four
+    assert four.ratio["A"]["short"]["tpot_s"] == pytest.approx((2.0 + 2.0 + 2.4 + 2.4) / 4)
+    mean = 2.2
+    assert four.se["A"]["short"]["tpot_s"] == pytest.approx(statistics.stdev([2.0, 2.0, 2.4, 2.4]) / 2 / mean)
+    assert len(four.per_round["A"]["short"]["tpot_s"]) == 8
+    # nothing left: the same call again starts no engine
+    paired.measure_paired({"R": None, "A": None}, "R", None, wl, None, None, pairings=4, done=four, **kw)
+    assert len(started) == 8
