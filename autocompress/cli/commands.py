@@ -22,13 +22,15 @@ def emit(text: str, out: str | None, note: str = "") -> None:
         sys.stdout.write(text)
 
 
-def verify(out: str, spec: str, threads, requests, console, passes: int = 1, quiet: bool = False) -> int:
+def verify(out: str, spec: str, threads, requests, console, passes: int = 1, quiet: bool = False,
+           pairings: int = 0) -> int:
     from autocompress.cli.terminal import build_progress
     from autocompress.measure.verify import VerifyError, run_verify
 
     progress = build_progress(console, quiet=quiet)
     try:
-        res = run_verify(out, spec, threads=threads, requests=requests, passes=passes, progress=progress)
+        res = run_verify(out, spec, threads=threads, requests=requests, passes=passes, progress=progress,
+                         pairings=pairings)
     except VerifyError as err:
         sys.stderr.write(f"{err}\n")
         return EXIT_INVALID

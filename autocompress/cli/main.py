@@ -193,7 +193,8 @@ def _verify_build(args, output, console) -> int:
 def _cmd_verify(args) -> int:
     from autocompress.cli.commands import verify
 
-    return verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True), args.passes, args.quiet)
+    return verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True), args.passes, args.quiet,
+                  args.pairings)
 
 
 def _cmd_profile(args) -> int:

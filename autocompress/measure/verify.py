@@ -86,9 +86,11 @@ def _models(out: Path, spec, base: str, log) -> dict[str, Path]:
 
 
 def run_verify(out_dir: str, spec_path: str, threads: int | None = None, requests: int | None = None,
-               log=print, measure: bool = True, passes: int = 1, progress=None) -> VerifyResult:
+               log=print, measure: bool = True, passes: int = 1, progress=None, pairings: int = 0) -> VerifyResult:
     """``progress`` (an ``autocompress.progress.Progress``; else ``log`` gets the log lines): the engine
-    runs, and per run the engine start and each workload's requests, with rate and ETA."""
+    runs, and per run the engine start and each workload's requests, with rate and ETA. ``pairings``
+    K > 0: the ratios to the parent also measured with paired engines in K process pairs per model
+    (``measure.verify_paired``), shown with their SE in place of the interleaved ones."""
     from autocompress.cache import atomic_write_text
     from autocompress.feasibility.exact import evaluate
     from autocompress.lang.api import load_spec
@@ -118,7 +120,7 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     env_note = where if present else f"not measured: {where}"
     if present and not eng_ok:
         env_note = f"not measured: {eng_why}"
-    inter = None
+    inter = paired = None
     from autocompress.families.registry import engine_gap
 
     gap = engine_gap(archs["model"], spec.target.engine, derived.device.kind)
@@ -141,8 +143,19 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
         work = out.parent / f".{out.name}.acc" / "verify"
         inter = measure_interleaved(models, ref, spec.target, wls, limits, work, passes=passes, threads=threads, log=log,
                                     progress=progress, journal=work / "journal.jsonl")
+        if pairings and ref == "parent" and len(models) > 1:
+            from autocompress.measure.paired import PairedError
+            from autocompress.measure.verify_paired import measure_ratios, summary
+
+            log(f"[verify] ratios to the parent with paired engines: {pairings} process pair(s) per model")
+            try:
+                paired = summary(measure_ratios(models, spec.target, wls, limits, work, pairings, threads, log),
+                                 pairings)
+            except PairedError as err:  # the interleaved verdicts stand; the report says what is missing
+                log(f"[verify] paired engines failed ({err}); the ratios stay the interleaved ones")
+                paired = {"pairings": pairings, "error": str(err)}
     predicted = {n: evaluate(a, spec, prof, derived.device, derived.limits) for n, a in archs.items()}
-    report = _report(spec, spec_path, out, derived, predicted, inter, env_note)
+    report = _report(spec, spec_path, out, derived, predicted, inter, env_note, paired)
     from autocompress.report.verify import render_verify_markdown
 
     atomic_write_text(out / "verify-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
@@ -153,6 +166,10 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
         log(f"[verify] measured costs written to {out.name}/README.md and config.json")
     if inter:
         inter.close()  # saved: the run journal goes
+    if paired and "error" not in paired:  # and the paired cells (an error's are kept for a resumed verify)
+        from autocompress.measure.verify_paired import finish
+
+        finish(work)
     judged = [r["pass"] if inter else r["predicted_ok"] for r in report["bounds"]]
     return VerifyResult(report, 0 if all(judged) else 1)
 
@@ -195,8 +212,12 @@ def _per_pass(inter, name: str, metric: str, workload: str | None) -> list[float
     return out
 
 
-def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_note: str) -> dict:
+def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_note: str, paired=None) -> dict:
+    from autocompress.measure.paired import PairedResult
+    from autocompress.measure.verify_paired import quotient, ratio
+
     ev = predicted["model"]
+    pres = PairedResult.from_dict(paired["result"]) if paired and "result" in paired else None
     rows = []
     for c in ev.checks:
         row = {"name": c.name, "metric": c.metric, "op": c.op, "bound": c.bound, "percentile": c.percentile,
@@ -213,6 +234,10 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
                 pref = next(x for x in predicted[inter.reference].checks if x.name == c.name)
                 row.update(ratio_measured=inter.ratio["model"][c.workload][key],
                            ratio_predicted=c.predicted / pref.predicted)
+                got = ratio(pres, "model", c.workload, key) if pres else None
+                if got:  # the paired ratio replaces the interleaved one, which stays beside it
+                    row.update(ratio_measured=got[0], ratio_se=got[1],
+                               ratio_interleaved=inter.ratio["model"][c.workload][key])
             others = {n: _value(c.metric, c.percentile, inter, n, c.workload) for n in inter.absolute
                       if n not in ("model", inter.reference)}
             if others:
@@ -220,6 +245,11 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
                                      "predicted": next(x for x in predicted[n].checks if x.name == c.name).predicted,
                                      "model_over_this": _per_pass(inter, n, c.metric, c.workload)}
                                  for n, v in others.items()}
+                for n, o in row["others"].items():
+                    q = quotient(pres, "model", n, c.workload, METRIC_SAMPLE[c.metric]) \
+                        if pres and c.metric != "memory" else None
+                    if q:
+                        o.update(model_over_this_paired=q[0], model_over_this_se=q[1])
         rows.append(row)
     build_report = out / "autocompress-report.json"
     quality = json.loads(build_report.read_text()).get("quality") if build_report.is_file() else None
@@ -240,7 +270,7 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
         "measurements": None if inter is None else {
             "reference": inter.reference, "passes": max(r["pass"] for r in inter.runs) + 1, "seconds": inter.seconds,
             "runs": inter.runs, "absolute": inter.absolute, "ratio": inter.ratio, "spread": inter.spread,
-            "peak_rss": inter.peak_rss,
+            "peak_rss": inter.peak_rss, "paired": paired,
             "load_before": inter.results_of("model")[0]["load_before"], "load_after": inter.results_of("model")[-1]["load_after"]},
         "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }

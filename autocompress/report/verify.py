@@ -20,6 +20,10 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _ratio_se(x: float | None, se: float | None) -> str:
+    return _ratio(x) if se is None else f"{x:.3f} ± {se:.1%}"
+
+
 def _yes(ok) -> str:
     return "-" if ok is None else "yes" if ok else "**NO**"
 
@@ -49,7 +53,7 @@ def render_verify_markdown(r: dict) -> str:
             corr = fmt_value(b["metric"], b["corrected"]) if b.get("corrected") is not None else "-"
             out.append(f"| {b['name']} | {b['op']} {fmt_value(b['metric'], b['bound'])} | "
                        f"{fmt_value(b['metric'], b['predicted'])} | **{fmt_value(b['metric'], b['measured'])}** | "
-                       f"{_pct(b['margin'])} | {_yes(b['pass'])} | {_ratio(b.get('ratio_measured'))} / "
+                       f"{_pct(b['margin'])} | {_yes(b['pass'])} | {_ratio_se(b.get('ratio_measured'), b.get('ratio_se'))} / "
                        f"{_ratio(b.get('ratio_predicted'))} | {_ratio(b.get('host_index'))} | {corr} | "
                        f"{_yes(b.get('pass_corrected'))} |")
             if b.get("pass_corrected") is not None and b["pass_corrected"] != b["pass"]:
@@ -57,6 +61,16 @@ def render_verify_markdown(r: dict) -> str:
         out += ["", "Judged on the absolute measurement. Host index = the parent measured now / the profile's "
                     "prediction for it (> 1: the host runs slower than at calibration); corrected = measured / "
                     "index. Ratios: each model over the mean of the parent runs before and after it."]
+        pd = m.get("paired")
+        if pd and "error" in pd:
+            out += ["", f"The paired-engine ratios ({pd['pairings']} pairings) failed: {pd['error']}. The ratios "
+                        "above are the interleaved ones."]
+        elif pd:
+            out += ["", f"Ratios to the parent (± SE) are from **paired engines**: each model and the parent loaded "
+                        f"side by side, taking turns in chunks of seconds, in {pd['pairings']} pair(s) of fresh "
+                        f"processes per model with the start order swapped ({pd['rounds']} rounds, "
+                        f"{pd['engine_starts']} engine starts, {pd['seconds']:.0f} s). The interleaved ratios are in "
+                        "the JSON (`ratio_interleaved`); absolute values and memory are the interleaved runs'."]
         if differ:
             out += ["", f"**The corrected verdict differs** for {', '.join(differ)}: the host's speed now, not the "
                         "model, decides it. Re-run `acc verify` when the host is quiet."]
@@ -71,10 +85,13 @@ def render_verify_markdown(r: dict) -> str:
                     o = b["others"][n]
                     per = o.get("model_over_this") or []
                     ab = (f"**{sum(per) / len(per):.3f}** ({', '.join(f'{x:.3f}' for x in per)})" if per else "-")
+                    if o.get("model_over_this_paired") is not None:
+                        ab += f"; paired **{o['model_over_this_paired']:.3f} ± {o['model_over_this_se']:.1%}**"
                     cells.append(f"{fmt_value(b['metric'], o['measured'])} ({_yes(o['pass'])}) | {ab}")
                 out.append(f"| {b['name']} | {fmt_value(b['metric'], b['measured'])} | " + " | ".join(cells) + " |")
             out += ["", "model / other: the two measured in the same pass, minutes apart, with no reference between "
-                        "them in the quotient (> 1: the model is dearer for a latency or memory bound)."]
+                        "them in the quotient (> 1: the model is dearer for a latency or memory bound); paired: the "
+                        "two models' paired ratios to the parent divided, their SEs added in quadrature."]
         out += ["", "Memory is the serving process's peak resident memory (VmHWM). Latencies: the mean over runs of "
                     "each run's median, unless the bound names a percentile (all samples pooled)."]
     else:

@@ -157,3 +157,101 @@ def test_measured_verify_reports_ratios_the_host_index_and_the_corrected_verdict
     md = (out / "verify-report.md").read_text()
     assert "**The corrected verdict differs** for chat.tpot" in md and "| baseline (uniform) |" in md
     assert "| model / baseline (uniform), per pass |" in md and "**1.200** (1.200)" in md
+
+
+def test_verify_with_pairings_shows_the_paired_ratios_with_their_se_and_resumes(tmp_path, cache, monkeypatch):
+    """``acc verify --pairings 2``: the ratio to the parent and the A/B come from paired engines (a
+    stand-in: the model 0.9x the parent, the baseline 0.75x, each process pair 4% apart), each with
+    its SE; the interleaved ratio stays beside it; a second verify resumes every cell."""
+    import autocompress.measure.interleave as inter
+    import autocompress.measure.paired as paired
+    import autocompress.measure.presence as presence
+    import autocompress.measure.verify as verify
+    from autocompress.export.decilm import llama_config_from_architecture
+    from autocompress.lang.api import load_spec
+
+    out = _exported(tmp_path)
+    spec_path = tmp_path / "cpu.acspec"
+    spec_path.write_text(SPEC.format(hw="cpu", prec="fp32", mem="3 GiB", tpot="70 ms"))
+    parent = resolve_parent(load_spec(str(spec_path)).parent, str(tmp_path))
+    pdir, base = tmp_path / "parent", tmp_path / "model-uniform"
+    for d in (pdir, base):
+        d.mkdir()
+    (pdir / "config.json").write_text(json.dumps({**llama_config_from_architecture(parent.architecture),
+                                                  "model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    (base / "config.json").write_text((out / "config.json").read_text())
+    true = {"model": 0.045, "parent": 0.05, "model-uniform": 0.0375}
+
+    def run(folder, limits):  # the interleaved runs: ratio 0.9 to the parent
+        v = true[folder.name]
+        return {"measurements": [{"workload": "chat", "ttft_s": v * 4, "tpot_s": v, "e2e_s": v * 67,
+                                  "throughput_tok_s": 64 / (v * 67), "other_cpu": 0.0, "samples": [],
+                                  "versions": [["vllm", "0.32.0"]]}],
+                "peak_rss_bytes": 2 << 30, "load_before": [0.5], "load_after": [0.6]}
+    real = inter.measure_interleaved
+    monkeypatch.setattr(inter, "measure_interleaved", lambda *a, **k: real(*a, **{**k, "run": run}))
+    monkeypatch.setattr(presence, "engine_available", lambda e: (True, "vllm"))
+    monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log: {
+        "model": out, "parent": pdir, "baseline (uniform)": base})
+    monkeypatch.setattr(paired, "SWITCH_S", 0.0)
+    names = {"model": "model", "parent": "parent", "baseline (uniform)": "model-uniform"}
+    started = []
+
+    class Stand:
+        def __init__(self, name, level):
+            self.name, self.level = name, level
+
+        def run(self, w, seed):
+            v = true[names[self.name]] * self.level
+            return {"ttft_s": v * 4, "tpot_s": v, "e2e_s": v * 67, "throughput_tok_s": 64 / (v * 67)}
+
+        def stop(self):
+            return {}
+
+    def start(name, folder, target, limits, work, threads):
+        started.append(name)
+        # the model-first pairing's model runs 4% slow: a process level its rounds cannot see
+        return Stand(name, 1.04 if name != "parent" and started[-2:-1] != ["parent"] else 1.0)
+    monkeypatch.setattr(paired, "start", start)
+    res = verify.run_verify(str(out), str(spec_path), log=lambda m: None, pairings=2)
+    assert started == ["parent", "model", "model", "parent", "parent", "baseline (uniform)", "baseline (uniform)",
+                       "parent"]
+    tpot = next(b for b in res.report["bounds"] if b["metric"] == "tpot")
+    assert tpot["ratio_measured"] == pytest.approx(0.9 * 1.02)  # the mean of 0.9 and 0.936
+    # the rounds agree (SE 0), so the SE is the spread between the pairings: stdev / sqrt(2) / mean
+    assert tpot["ratio_se"] == pytest.approx(0.9 * 0.04 / 2 / (0.9 * 1.02))
+    assert tpot["ratio_interleaved"] == pytest.approx(0.9)
+    ab = tpot["others"]["baseline (uniform)"]
+    assert ab["model_over_this_paired"] == pytest.approx(0.9 / 0.75) and ab["model_over_this_se"] == pytest.approx(
+        (2 * tpot["ratio_se"] ** 2) ** 0.5)
+    mem = next(b for b in res.report["bounds"] if b["metric"] == "memory")
+    assert "ratio_se" not in mem and "model_over_this_paired" not in mem["others"]["baseline (uniform)"]
+    assert res.report["measurements"]["paired"]["engine_starts"] == 8
+    md = (out / "verify-report.md").read_text()
+    assert f"| {0.918:.3f} ± {tpot['ratio_se']:.1%} / " in md and "from **paired engines**" in md
+    assert f"paired **1.200 ± {ab['model_over_this_se']:.1%}**" in md
+    assert not list(out.parent.glob(".model.acc/verify/paired.json"))  # written out: a later verify measures anew
+
+    # an engine that fails to start: the verdicts stand, the report says so, and the next verify
+    # resumes the cells already measured (the model's) and measures the baseline's only
+    started.clear()
+    real_start = start
+
+    failed = []
+
+    def failing(name, *a):
+        if name == "baseline (uniform)" and not failed:
+            failed.append(name)
+            raise paired.PairedError("baseline failed to load")
+        return real_start(name, *a)
+    monkeypatch.setattr(paired, "start", failing)
+    cut = verify.run_verify(str(out), str(spec_path), log=lambda m: None, pairings=2)
+    assert cut.report["measurements"]["paired"] == {"pairings": 2, "error": "baseline failed to load"}
+    assert "The paired-engine ratios (2 pairings) failed: baseline failed to load" in (out / "verify-report.md").read_text()
+    assert next(b for b in cut.report["bounds"] if b["metric"] == "tpot")["ratio_measured"] == pytest.approx(0.9)
+    started.clear()
+    again = verify.run_verify(str(out), str(spec_path), log=lambda m: None, pairings=2)
+    assert started == ["parent", "baseline (uniform)", "baseline (uniform)", "parent"]
+    t2 = next(b for b in again.report["bounds"] if b["metric"] == "tpot")
+    assert t2["ratio_measured"] == pytest.approx(tpot["ratio_measured"])
+    assert t2["others"]["baseline (uniform)"]["model_over_this_paired"] == pytest.approx(0.9 / 0.75)
