@@ -21,7 +21,9 @@ left). Scored with the profile fitted on the calibration models of an earlier pr
         [--rounds 4] [--max-rounds 16] [--workloads NAME ...] [--fresh]
 
 An interrupted run resumes from ``bench/work/fidelity_paired/partial.json`` (every finished cell
-is kept) unless ``--fresh``. ``--rescore`` measures nothing: it scores the stored JSON's
+is kept) unless ``--fresh``. ``--extend RUN.json --pairings K`` measures a finished run's models
+in more pairings (K above its own), with ``--budget-min`` for the new ones, and scores all of them;
+give it a ``--root`` of its own. ``--rescore`` measures nothing: it scores the stored JSON's
 measurements again with the run's own settings and rewrites the table. Time only: peak memory
 needs a fresh single process.
 """
@@ -186,11 +188,14 @@ def main() -> int:
     stored = json.loads(Path(args.out + ".json").read_text()) if args.rescore else None
     if stored:  # the run's own settings; only the output paths come from this command line
         args = argparse.Namespace(**{"pairings": 1, "heldout_only": False, "extend": None} | stored["args"]
-                                  | {"out": args.out, "root": args.root, "rescore": True})
+                                  | {"out": args.out, "rescore": True})  # its root too: the table names it
     base = json.loads(Path(args.extend).read_text()) if args.extend and not stored else None
     if base:  # the base run's settings, but for the pairings, this run's time and where it writes
-        if args.pairings <= base["args"]["pairings"]:
-            sys.exit(f"--extend: {args.extend} has {base['args']['pairings']} pairings; --pairings must be more")
+        had = base["args"].get("pairings", 1)
+        if had < 2:  # one pairing shares a parent process: its cells are not pairings to add to
+            sys.exit(f"--extend: {args.extend} is a run of one pairing (one parent process for all); measure afresh")
+        if args.pairings <= had:
+            sys.exit(f"--extend: {args.extend} has {had} pairings; --pairings must be more")
         args = argparse.Namespace(**{"heldout_only": False} | base["args"]
                                   | {k: getattr(args, k) for k in ("pairings", "budget_min", "out", "root", "fresh",
                                                                    "extend", "rescore")})
@@ -228,6 +233,8 @@ def main() -> int:
         folders = {a.name: synthetic_folder(a, weights, root.parent / "profiling" / "models") for a in [cal[0]] + archs}
         # the control: a second engine on the parent's folder, true ratio 1 (the method's own error, this run)
         folders = {cal[0].name: folders[cal[0].name], "parent-again": folders[cal[0].name]} | folders
+        if base and any(base["plan"][k] != plan(args, folders)[k] for k in ("models", "workloads")):
+            sys.exit(f"--extend: {args.extend} measured other models or workloads than this version's held-out set")
         res = _measure(args, folders, cal, wls, limits, tgt, root, base)
     prof = fitted_profile(args.fitted)
     control = cells(res, [replace(cal[0], name="parent-again")], cal[0], wls, limits, prof, tgt)

@@ -48,10 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "CPU, max(4, 2 x concurrency) on GPU); sampling goes on until each metric's SE is below 2%%")
     v.add_argument("--passes", type=int, default=1, help="repeat the interleaved schedule (parent, model, parent, "
                    "baseline, parent) this many times; the ratios are averaged and their spread reported")
-    v.add_argument("--pairings", type=_count, default=0, metavar="K", help="also measure each model's time ratios to "
+    v.add_argument("--pairings", type=_pairings, default=0, metavar="K", help="also measure each model's time ratios to "
                    "the parent with paired engines (both loaded, taking turns in chunks of seconds) in K pairs of fresh "
-                   "processes, start order swapped; the report's ratios then come with an SE (2 is a good choice; "
-                   "0: off, the default)")
+                   "processes, start order swapped; the report's ratios then come with an SE (K >= 2; 2 is a good "
+                   "choice; 0: off, the default)")
     v.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
 
     pr = sub.add_parser("profile", help="measure the engine on this machine and write a calibration profile")
@@ -100,8 +100,10 @@ def _positive(text: str) -> int:
     return n
 
 
-def _count(text: str) -> int:
+def _pairings(text: str) -> int:
+    # one pairing would share a single parent process among the models and swap no start order: its SE
+    # would miss the level a pair of processes carries (docs/decisions.md, twenty-ninth session)
     n = _whole(text)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"allowed: a whole number >= 0, got {text}")
+    if n < 0 or n == 1:
+        raise argparse.ArgumentTypeError(f"allowed: 0 (off) or a whole number >= 2, got {text}")
     return n

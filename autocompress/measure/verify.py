@@ -143,15 +143,19 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
         work = out.parent / f".{out.name}.acc" / "verify"
         inter = measure_interleaved(models, ref, spec.target, wls, limits, work, passes=passes, threads=threads, log=log,
                                     progress=progress, journal=work / "journal.jsonl")
-        if pairings and ref == "parent" and len(models) > 1:
-            from autocompress.measure.paired import PairedError
+        if pairings and (ref != "parent" or len(models) < 2):
+            log("[verify] --pairings: no parent to pair the model with; the ratios are the interleaved ones")
+            paired = {"pairings": pairings, "error": "no parent to pair the model with (the spec's parent has no "
+                      "weights here)"}
+        elif pairings:
             from autocompress.measure.verify_paired import measure_ratios, summary
 
             log(f"[verify] ratios to the parent with paired engines: {pairings} process pair(s) per model")
             try:
                 paired = summary(measure_ratios(models, spec.target, wls, limits, work, pairings, threads, log),
                                  pairings)
-            except PairedError as err:  # the interleaved verdicts stand; the report says what is missing
+            except Exception as err:  # noqa: BLE001 - the interleaved verdicts stand; the report says what is missing
+                # (an interrupt is not caught: the saved cells resume on the next verify)
                 log(f"[verify] paired engines failed ({err}); the ratios stay the interleaved ones")
                 paired = {"pairings": pairings, "error": str(err)}
     predicted = {n: evaluate(a, spec, prof, derived.device, derived.limits) for n, a in archs.items()}

@@ -56,7 +56,8 @@ def measure_ratios(models: dict[str, Path], target, wls: list[dict], limits, wor
             log("[verify] paired engines: the saved cells are over a day old; measuring anew")
         elif d.get("key") == key:
             done = PairedResult.from_dict(d["result"])
-            log(f"[verify] paired engines: resuming, {sum(len(v) for v in done.ratio.values())} cell(s) kept")
+            kept = sum(len(p) for m in done.pairing.values() for p in m.values())
+            log(f"[verify] paired engines: resuming, {kept} cell-pairing(s) kept")
         else:
             log("[verify] paired engines: the saved cells were of other models or settings; measuring anew")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -255,3 +255,16 @@ def test_verify_with_pairings_shows_the_paired_ratios_with_their_se_and_resumes(
     t2 = next(b for b in again.report["bounds"] if b["metric"] == "tpot")
     assert t2["ratio_measured"] == pytest.approx(tpot["ratio_measured"])
     assert t2["others"]["baseline (uniform)"]["model_over_this_paired"] == pytest.approx(0.9 / 0.75)
+
+    # no parent to pair with (its weights absent): the flag says so in the report instead of doing nothing
+    monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log: {"model": out})
+    alone = verify.run_verify(str(out), str(spec_path), log=lambda m: None, pairings=2)
+    assert alone.report["measurements"]["paired"]["error"].startswith("no parent to pair the model with")
+
+
+def test_verify_refuses_one_pairing(capsys):
+    """One pairing would share one parent process and swap no start order: refused, exit 2."""
+    with pytest.raises(SystemExit) as exc:  # argparse's exit, code 2 as every bad argument
+        main(["verify", "out", "spec.acspec", "--pairings", "1"])
+    assert exc.value.code == 2
+    assert "allowed: 0 (off) or a whole number >= 2, got 1" in capsys.readouterr().err
