@@ -191,7 +191,7 @@ def render(rows: list[dict], meta: dict) -> str:
            ("**Search stage only (no distillation): quality columns are empty; the candidates' KL is before "
             "distillation.** " if meta.get("search_only") else "") +
            f"Distillation {meta['steps']} steps x seq_len {meta['seq']} (the build's default batch), seeds "
-           f"{meta['seeds']}; router v2 budget {meta['search_tokens'] or 'derived (a quarter of distillation)'}"
+           f"{meta['seeds']}; router v2 budget {meta['search_tokens'] or 'derived (a quarter of distillation, at least 64 steps)'}"
            " tokens. Made by `bench/search_ablation.py`; rows add up over invocations (one contract per run), "
            "each names its commit and time; the last command: " + meta["command"], "",
            "minus (d) / minus (b), paired: the arm's eight-benchmark mean minus the fair uniform arm's / today's "
