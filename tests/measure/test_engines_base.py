@@ -90,8 +90,10 @@ def test_limits_come_from_our_derivation():
     assert lim == EngineLimits(max_num_seqs=3, max_num_batched_tokens=2048, max_model_len=136, kv_space_gib=1,
                                enforce_eager=True, prefix_caching=True)
     gpu = derive_limits(arch, ek.cpu_target().__class__(hardware="rtx-4090", engine="vllm", weight_precision="bf16",
-                                                       kv_precision="bf16"), wls[:1], enforce_eager=False)
-    assert gpu.kv_space_gib is None and not gpu.prefix_caching and gpu.max_num_seqs == 3
+                                                       kv_precision="bf16"), wls[:1])
+    # CUDA graphs on a GPU (the cost model charges graph replay there), eager on the CPU
+    assert gpu.kv_space_gib is None and not gpu.prefix_caching and gpu.max_num_seqs == 3 and not gpu.enforce_eager
+    assert derive_limits(arch, ek.cpu_target(), wls, enforce_eager=False).enforce_eager is False
 
 
 def test_limits_reserve_whole_gib_of_kv_on_cpu():

@@ -299,11 +299,13 @@ def summarize(*, engine: str, versions, device: str, workload, samples: list[Sam
     )
 
 
-def derive_limits(arch, target, workloads, scheduler=None, slack: int = 16, enforce_eager: bool = True,
+def derive_limits(arch, target, workloads, scheduler=None, slack: int = 16, enforce_eager: bool | None = None,
                   kv_space_gib: int | None = None, threads: int | None = None, seed: int = 0) -> EngineLimits:
     """Engine settings from our derivation: the scheduler budgets ``autocompress.plan.derive.engine_limits``
     recommends (max_num_seqs = the largest concurrency), max_model_len = the longest input + output
-    + ``slack``, and on vLLM CPU the KV space = ceil(KV needed) GiB from ``memory_breakdown``."""
+    + ``slack``, and on vLLM CPU the KV space = ceil(KV needed) GiB from ``memory_breakdown``. CUDA graphs
+    (``enforce_eager`` False) on a GPU, as the cost model and the plan assume there; eager on the CPU, where
+    torch.compile takes about a minute per start and the model charges no graph."""
     from autocompress.catalog.engines import SchedulerLimits, scheduler_defaults
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.memory import memory_breakdown
@@ -315,6 +317,8 @@ def derive_limits(arch, target, workloads, scheduler=None, slack: int = 16, enfo
         seqs = max(w.concurrency for w in workloads)
         scheduler = SchedulerLimits(base.max_num_batched_tokens, max(1, seqs))
     longest = max(w.input_tokens + w.output_tokens for w in workloads) + slack
+    if enforce_eager is None:
+        enforce_eager = device.kind != "gpu"
     if kv_space_gib is None and target.engine == "vllm" and device.kind == "cpu":
         kv_space_gib = memory_breakdown(arch, target, workloads, device=device, limits=scheduler).cpu_kv_space_gib
     return EngineLimits(
