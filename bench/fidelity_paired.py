@@ -90,8 +90,9 @@ def _measure(args, folders, cal, wls, limits, tgt, root, base=None):
         if {"pairings": 1} | d["plan"] != plan_now:  # a run from before pairings had one
             sys.exit(f"{partial} is a run of another plan ({d['plan']}); pass --fresh to discard it")
         done = PairedResult.from_dict(d["result"])
-        print(f"[fidelity-paired] resuming: {sum(len(v) for v in done.pairing.values() for v in v.values())} "
-              f"cell-pairings already measured")
+        kept = (sum(len(v) for v in done.ratio.values()) if plan_now["pairings"] == 1  # one pairing: cells
+                else sum(len(v) for v in done.pairing.values() for v in v.values()))
+        print(f"[fidelity-paired] resuming: {kept} cell-pairings already measured")
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     spent = (done.seconds if done else 0.0) - plan_now.get("base_seconds", 0.0)

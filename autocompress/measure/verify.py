@@ -238,7 +238,7 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
                 pref = next(x for x in predicted[inter.reference].checks if x.name == c.name)
                 row.update(ratio_measured=inter.ratio["model"][c.workload][key],
                            ratio_predicted=c.predicted / pref.predicted)
-                got = ratio(pres, "model", c.workload, key) if pres else None
+                got = ratio(pres, "model", c.workload, key)
                 if got:  # the paired ratio replaces the interleaved one, which stays beside it
                     row.update(ratio_measured=got[0], ratio_se=got[1],
                                ratio_interleaved=inter.ratio["model"][c.workload][key])
@@ -250,8 +250,7 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
                                      "model_over_this": _per_pass(inter, n, c.metric, c.workload)}
                                  for n, v in others.items()}
                 for n, o in row["others"].items():
-                    q = quotient(pres, "model", n, c.workload, METRIC_SAMPLE[c.metric]) \
-                        if pres and c.metric != "memory" else None
+                    q = quotient(pres, "model", n, c.workload, METRIC_SAMPLE[c.metric]) if c.metric != "memory" else None
                     if q:
                         o.update(model_over_this_paired=q[0], model_over_this_se=q[1])
         rows.append(row)

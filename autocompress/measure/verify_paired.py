@@ -5,8 +5,8 @@ peak memory compares fresh processes minutes apart, and on this host two runs of
 differ by p95 18-21% in TPOT (``bench/results/costmodel_fidelity-amd-twopass.md``). Paired engines
 (``measure.paired``) keep each model and the parent loaded side by side, taking turns in chunks of
 seconds, in K pairs of fresh processes with the start order swapped; on the held-out fidelity set
-that method's ratio error is p95 9.8-10.4% against the profile, with the control (the parent
-against itself) within 0.98-1.03 (``bench/results/costmodel_fidelity-paired2.md``). So with
+that method's ratio error is p95 7.6-8.2% against the profile in four pairings (7.2-10.4% in two), with
+the control (the parent against itself) within 0.96-1.07 (``bench/results/costmodel_fidelity-paired4.md``). So with
 ``--pairings`` the ratio columns come from here, each with its SE; the bounds are still judged on
 the interleaved absolute values, and memory stays with a fresh single process.
 
@@ -76,8 +76,8 @@ def finish(work: Path) -> None:
 
 
 def ratio(paired, name: str, workload: str, key: str) -> tuple[float, float] | None:
-    """(``name`` over the parent, its relative SE) for one workload and metric, or None."""
-    cell = paired.ratio.get(name, {}).get(workload)
+    """(``name`` over the parent, its relative SE) for one workload and metric, or None (nothing paired)."""
+    cell = None if paired is None else paired.ratio.get(name, {}).get(workload)
     return None if cell is None else (cell[key], paired.se[name][workload][key])
 
 

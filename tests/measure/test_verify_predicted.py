@@ -49,6 +49,21 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "cache"))
 
 
+def _fake_engine_runs(monkeypatch, tpot: dict[str, float]) -> None:
+    """Stand in for the engine runs of ``measure_interleaved``: each model folder (by name) decodes at
+    ``tpot[name]`` seconds a token on the one ``chat`` workload (64 output tokens), 2 GiB peak."""
+    import autocompress.measure.interleave as inter
+
+    def run(folder, limits):
+        v = tpot[folder.name]
+        return {"measurements": [{"workload": "chat", "ttft_s": v * 4, "tpot_s": v, "e2e_s": v * 67,
+                                  "throughput_tok_s": 64 / (v * 67), "other_cpu": 0.0, "samples": [],
+                                  "versions": [["vllm", "0.32.0"]]}],
+                "peak_rss_bytes": 2 << 30, "load_before": [0.5], "load_after": [0.6]}
+    real = inter.measure_interleaved
+    monkeypatch.setattr(inter, "measure_interleaved", lambda *a, **k: real(*a, **{**k, "run": run}))
+
+
 def test_gpu_target_absent_reports_predicted_only(tmp_path, cache, capsys):
     out = _exported(tmp_path)
     spec = tmp_path / "h100.acspec"
@@ -102,7 +117,6 @@ def test_measured_verify_reports_ratios_the_host_index_and_the_corrected_verdict
     each bound judged on the absolute value, with the ratio to the parent, the host index and the
     corrected verdict beside it (here the host runs 1.5x slower than at calibration: the absolute
     TPOT misses the bound, the corrected one meets it, and the report says the two differ)."""
-    import autocompress.measure.interleave as inter
     import autocompress.measure.presence as presence
     import autocompress.measure.verify as verify
     from autocompress.cost.latency import predict_workload
@@ -131,14 +145,7 @@ def test_measured_verify_reports_ratios_the_host_index_and_the_corrected_verdict
     (pdir / "config.json").write_text(json.dumps({**llama_config_from_architecture(parent.architecture),
                                                   "model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
 
-    def run(folder, limits):
-        v = true[folder.name] * slow
-        return {"measurements": [{"workload": "chat", "ttft_s": v * 4, "tpot_s": v, "e2e_s": v * 67,
-                                  "throughput_tok_s": 64 / (v * 67), "other_cpu": 0.0, "samples": [],
-                                  "versions": [["vllm", "0.32.0"]]}],
-                "peak_rss_bytes": 2 << 30, "load_before": [0.5], "load_after": [0.6]}
-    real = inter.measure_interleaved
-    monkeypatch.setattr(inter, "measure_interleaved", lambda *a, **k: real(*a, **{**k, "run": run}))
+    _fake_engine_runs(monkeypatch, {n: v * slow for n, v in true.items()})
     monkeypatch.setattr(presence, "engine_available", lambda e: (True, "vllm"))
     monkeypatch.setattr("autocompress.export.gguf_convert.weights_folder", lambda value, p: tmp_path / "parent")
     monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log: {
@@ -163,7 +170,6 @@ def test_verify_with_pairings_shows_the_paired_ratios_with_their_se_and_resumes(
     """``acc verify --pairings 2``: the ratio to the parent and the A/B come from paired engines (a
     stand-in: the model 0.9x the parent, the baseline 0.75x, each process pair 4% apart), each with
     its SE; the interleaved ratio stays beside it; a second verify resumes every cell."""
-    import autocompress.measure.interleave as inter
     import autocompress.measure.paired as paired
     import autocompress.measure.presence as presence
     import autocompress.measure.verify as verify
@@ -182,14 +188,7 @@ def test_verify_with_pairings_shows_the_paired_ratios_with_their_se_and_resumes(
     (base / "config.json").write_text((out / "config.json").read_text())
     true = {"model": 0.045, "parent": 0.05, "model-uniform": 0.0375}
 
-    def run(folder, limits):  # the interleaved runs: ratio 0.9 to the parent
-        v = true[folder.name]
-        return {"measurements": [{"workload": "chat", "ttft_s": v * 4, "tpot_s": v, "e2e_s": v * 67,
-                                  "throughput_tok_s": 64 / (v * 67), "other_cpu": 0.0, "samples": [],
-                                  "versions": [["vllm", "0.32.0"]]}],
-                "peak_rss_bytes": 2 << 30, "load_before": [0.5], "load_after": [0.6]}
-    real = inter.measure_interleaved
-    monkeypatch.setattr(inter, "measure_interleaved", lambda *a, **k: real(*a, **{**k, "run": run}))
+    _fake_engine_runs(monkeypatch, true)  # the interleaved runs: ratio 0.9 to the parent
     monkeypatch.setattr(presence, "engine_available", lambda e: (True, "vllm"))
     monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log: {
         "model": out, "parent": pdir, "baseline (uniform)": base})
