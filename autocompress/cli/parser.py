@@ -58,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("profile", help="measure the engine on this machine and write a calibration profile")
     pr.add_argument("--hardware", required=True, help="catalog name of this machine's device (cpu for the host)")
     pr.add_argument("--engine", required=True, choices=("vllm", "transformers"))
-    pr.add_argument("--out", metavar="FILE", help="profile file to write (default: for cpu, this machine's profile in the "
-                    "acc cache, which acc check and acc build then use; else <hardware>-<engine>-measured.json)")
+    pr.add_argument("--out", metavar="FILE", help="profile file to write (default: in the acc cache's profiles folder, "
+                    "where acc check, build and verify then find it: for cpu this machine's profile, for a catalog "
+                    "GPU <hardware>-<engine>-measured-<parent tag>.json, used on any unit of that GPU)")
     pr.add_argument("--model", default="smollm2-135m", help="parent whose variants are measured (alias, folder, .gguf)")
     pr.add_argument("--threads", type=int, help="engine threads on CPU (default: all cores)")
     pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 7 + 13 (a rough profile)")

@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autocompress.measure.worker import peak_memory
+
 
 @dataclass(frozen=True)
 class ParentCheck:
@@ -104,6 +106,6 @@ def measure_parent(spec, parent_arch, folder: Path, work: Path, log, threads: in
             v = by[w.name][field[b.metric]]
             rows.append((f"{w.name}.{b.metric}", b.op, b.value, v, v <= b.value if b.op == "<=" else v >= b.value))
     if spec.target.memory_limit_bytes:
-        v = float(res["peak_rss_bytes"])
+        v = float(peak_memory(res))
         rows.append(("memory", "<=", float(spec.target.memory_limit_bytes), v, v <= spec.target.memory_limit_bytes))
     return ParentCheck(tuple(rows))

@@ -8,7 +8,9 @@ writes the machine's profile to ``<cache>/profiles/cpu-<engine>-<fingerprint>-<p
 it is fitted on variants of one parent, and its efficiencies do not carry to a parent of another
 shape (``parent_tag``). ``acc check`` and ``acc build`` use the parent's own when it exists, else
 another parent's of this machine (said so), and otherwise say that their numbers come from another
-machine. GPUs in the catalog are standard parts: their profiles transfer.
+machine. GPUs in the catalog are standard parts: their profiles transfer, so the profile ``acc
+profile --hardware <gpu>`` writes is keyed by the catalog name and the parent, not by a fingerprint
+(``device_profile_path``), and ``acc check``/``build``/``verify`` read it from the same folder.
 
 Cheap by design (``acc check`` calls it): /proc reads and a directory scan for package versions,
 no ``importlib.metadata`` (its import alone costs ~60 ms), no torch import.
@@ -120,10 +122,49 @@ def machine_profile_path(engine: str, root: str | os.PathLike | None = None, par
 
 def machine_profiles(engine: str, root: str | os.PathLike | None = None) -> list[Path]:
     """Every profile of this machine for ``engine``, whatever parent it was calibrated on, newest first."""
-    base = machine_profile_path(engine, root).parent
-    stem = f"cpu-{engine}-{this_machine(engine).fingerprint}"
+    return _newest_first(machine_profile_path(engine, root))
+
+
+def device_profile_path(device_name: str, engine: str, parent=None, root: str | os.PathLike | None = None) -> Path:
+    """Where the user's measured profile of the catalog GPU ``device_name`` for ``engine`` lives
+    (``acc profile --hardware <gpu>`` writes it; ``cost.profile.builtin_profile_path`` reads it
+    first), for the parent ``parent`` (an ``Architecture``) it is calibrated on; ``None``: of no
+    named parent. No machine fingerprint: a catalog GPU is a standard part, its profile transfers
+    to any unit of it, while its efficiencies still belong to the parent's shape (``parent_tag``)."""
+    from autocompress.cache import cache_root
+    from autocompress.catalog.hardware import HARDWARE
+
+    if device_name not in HARDWARE or HARDWARE[device_name].kind != "gpu":
+        gpus = ", ".join(n for n, d in HARDWARE.items() if d.kind == "gpu")
+        raise ValueError(f"{device_name!r} is not a catalog GPU ({gpus}): only a catalog GPU's profile is kept by its "
+                         "name; the host CPU's is this machine's (machine_profile_path)")
+    base = Path(root) if root else cache_root() / "profiles"
+    tail = f"-{parent_tag(parent)}" if parent is not None else ""
+    return base / f"{device_name}-{engine}-measured{tail}.json"
+
+
+def device_profiles(device_name: str, engine: str, root: str | os.PathLike | None = None) -> list[Path]:
+    """Every profile of the catalog GPU ``device_name`` the user measured for ``engine``, whatever parent
+    it was calibrated on, newest first."""
+    return _newest_first(device_profile_path(device_name, engine, root=root))
+
+
+def own_profile_path(device_kind: str, device_name: str, engine: str, parent=None,
+                     root: str | os.PathLike | None = None) -> Path:
+    """The profile ``acc profile`` writes when given no ``--out``, and the first that ``acc check``,
+    ``build`` and ``verify`` read: this machine's for the host CPU, the user's of the catalog GPU else."""
+    if device_kind == "cpu":
+        return machine_profile_path(engine, root, parent)
+    return device_profile_path(device_name, engine, parent, root)
+
+
+def _newest_first(untagged: Path) -> list[Path]:
+    """``untagged`` (a profile of no named parent) and every ``<its stem>-<parent tag>.json`` beside it
+    that exists, newest first."""
+    stem = untagged.stem
     try:
-        found = [p for p in base.iterdir() if p.suffix == ".json" and (p.stem == stem or p.stem.startswith(stem + "-"))]
+        found = [p for p in untagged.parent.iterdir()
+                 if p.suffix == ".json" and (p.stem == stem or p.stem.startswith(stem + "-"))]
     except OSError:
         return []
     return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)

@@ -164,27 +164,33 @@ def _read(resolved: str, mtime_ns: int, shown: str) -> Profile:
 def builtin_profile_path(device_kind: str, engine: str, device_name: str | None = None, parent=None) -> Path:
     """The profile used when a spec names none, first found of:
 
-    1. host CPU: this machine's own (``acc profile`` wrote it, ``cost.machine``) for ``parent``
-       (an ``Architecture``);
+    1. the user's own for ``parent`` (an ``Architecture``), which ``acc profile`` wrote
+       (``cost.machine.own_profile_path``): for the host CPU this machine's, for a catalog GPU the
+       one measured on that part (any unit of it: a standard part);
     2. one the package ships for this device (or device kind), calibrated on this parent on another
        machine (``<device>-<engine>-measured-<parent tag>.json``);
-    3. host CPU: this machine's own for another parent (``origin`` says so), one of the parent's
-       family first, else the newest;
+    3. the user's own (this machine's, or this catalog GPU's) for another parent, or for no named
+       parent (``origin`` says so), one of the parent's family first, else the newest;
     4. one the package ships for this device (or kind), calibrated on another parent;
     5. the labelled default.
 
     The parent comes before the machine: Gemma 3's engine memory (3.0 GiB against SmolLM2's 1.0)
     and its 262,144-token head are the parent's and the same on any machine of one engine version,
     while the machine's speed is what the host index and the ratios to the parent absorb."""
-    from autocompress.cost.machine import machine_profile_path, machine_profiles, parent_tag
+    from autocompress.catalog.hardware import HARDWARE
+    from autocompress.cost.machine import device_profiles, machine_profiles, own_profile_path, parent_tag
 
     stems = ([device_name] if device_name else []) + [device_kind]
     tag = parent_tag(parent) if parent is not None else None
-    own = machine_profile_path(engine, parent=parent) if device_kind == "cpu" and tag else None
+    # a GPU profile of the user's is kept by catalog name only (a custom device has none)
+    catalog_gpu = device_kind != "cpu" and device_name in HARDWARE and HARDWARE[device_name].kind == "gpu"
+    own = (own_profile_path(device_kind, device_name, engine, parent)
+           if tag and (device_kind == "cpu" or catalog_gpu) else None)
     if own is not None and own.is_file():
         return own
     shipped_own = [PROFILE_DIR / f"{s}-{engine}-measured-{tag}.json" for s in stems] if tag else []
-    mine = machine_profiles(engine) if device_kind == "cpu" else []
+    mine = (machine_profiles(engine) if device_kind == "cpu"
+            else device_profiles(device_name, engine) if catalog_gpu else [])
     if parent is not None:  # another parent of the same family first (its head and layer kinds), then the newest
         mine.sort(key=lambda p: f"-{parent.family}-" not in p.stem)  # stable: newest first within each
     shipped = [PROFILE_DIR / f"{s}-{engine}-measured.json" for s in stems]
@@ -219,31 +225,46 @@ def origin(profile: Profile, device, parent=None) -> tuple[str, str]:
     """(kind, sentence) of where a profile's numbers come from, for the reports:
     ``this machine`` / ``another parent`` / ``another machine`` (CPU), ``catalog device`` (a GPU
     profile transfers to any unit of that part), ``default`` (never measured). ``parent`` (an
-    ``Architecture``): a host-CPU profile calibrated on another parent is said to be."""
+    ``Architecture``): a profile calibrated on another parent is said to be (a GPU's too: the part
+    transfers, the parent's shape does not)."""
     if profile.source != "measured":
         return "default", "a built-in default, never measured: predictions carry no measured error"
     if device.kind != "cpu":
-        return "catalog device", (f"measured on a {profile.hardware}; a catalog GPU is a standard part, so the "
-                                  "profile transfers to this one")
+        said = (f"measured on a {profile.hardware}; a catalog GPU is a standard part, so the profile transfers to "
+                "this one")
+        on = _other_parent(profile, parent)
+        if on is None:
+            return "catalog device", said
+        return "another parent", (f"{said}, but it was calibrated on {on}, not on this parent: its efficiencies may "
+                                  f"not carry to this shape; `acc profile --hardware {device.name} --engine "
+                                  f"{profile.engine} --model <the spec's model> --quick` calibrates this GPU on it")
     from autocompress.cost.machine import this_machine
 
     here = this_machine(profile.engine)
     m = profile.machine or {}
     if m.get("fingerprint") == here.fingerprint:
         said = f"measured on this machine ({m.get('cpu')}, {m.get('cores')} cores, {profile.created})"
-        ref = profile.reference or {}
-        if parent is not None:
-            from autocompress.cost.machine import parent_tag
-
-            if ref.get("parent_tag") != parent_tag(parent):
-                on = ref.get("model", "a parent it does not record").removesuffix(" (parent)")
-                return "another parent", (f"{said}, but calibrated on {on}, not on this parent: its efficiencies may "
-                                          "not carry to this shape; `acc build` calibrates on this parent first "
-                                          f"(unless --no-calibrate), `acc profile --hardware cpu --engine "
-                                          f"{profile.engine} --model <the spec's model> --quick` does it alone")
+        on = _other_parent(profile, parent)
+        if on is not None:
+            return "another parent", (f"{said}, but calibrated on {on}, not on this parent: its efficiencies may "
+                                      "not carry to this shape; `acc build` calibrates on this parent first "
+                                      f"(unless --no-calibrate), `acc profile --hardware cpu --engine "
+                                      f"{profile.engine} --model <the spec's model> --quick` does it alone")
         return "this machine", said
     where = f"{m.get('cpu')}, {m.get('cores')} cores" if m else "a machine it does not record"
     return "another machine", (f"measured on another machine ({where}), not on this one: its numbers may be far off "
                                f"here; `acc profile --hardware cpu --engine {profile.engine} --model <the spec's "
                                "model> --quick` calibrates this machine on that parent in a few minutes (`acc build` "
                                "does it first)")
+
+
+def _other_parent(profile: Profile, parent) -> str | None:
+    """The parent ``profile`` was calibrated on when it is not ``parent`` (an ``Architecture``), else None."""
+    if parent is None:
+        return None
+    from autocompress.cost.machine import parent_tag
+
+    ref = profile.reference or {}
+    if ref.get("parent_tag") == parent_tag(parent):
+        return None
+    return ref.get("model", "a parent it does not record").removesuffix(" (parent)")

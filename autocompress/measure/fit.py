@@ -27,6 +27,8 @@ import math
 import statistics
 from dataclasses import replace
 
+from autocompress.measure.worker import peak_memory
+
 TIME_METRICS = ("ttft", "tpot", "e2e", "throughput")
 FIT_METRICS = ("ttft", "tpot", "e2e")
 OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise", "sampler")
@@ -164,7 +166,7 @@ def memory_residuals(rows: list[dict], prof, target) -> tuple[list[float], list[
     resid, shapes = [], []
     for r in rows:
         wls = [_workload(m) for m in r["result"]["measurements"]]
-        resid.append(r["result"]["peak_rss_bytes"] - predicted_memory(r["arch"], wls, r["limits"], zero, target))
+        resid.append(peak_memory(r["result"]) - predicted_memory(r["arch"], wls, r["limits"], zero, target))
         shapes.append(gemm_shapes(r["arch"]))
     if not (target.engine == "vllm" and resolve_device(target.hardware).kind == "cpu"):
         shapes = [0] * len(shapes)  # elsewhere a slope would be noise
@@ -181,7 +183,7 @@ def loo_memory_errors(rows: list[dict], prof, target=None) -> list[float]:
     out = []
     for i, r in enumerate(rows):
         nt, c = fit_memory(resid[:i] + resid[i + 1:], shapes[:i] + shapes[i + 1:])
-        out.append((nt + c * shapes[i] - resid[i]) / r["result"]["peak_rss_bytes"])
+        out.append((nt + c * shapes[i] - resid[i]) / peak_memory(r["result"]))
     return out
 
 
@@ -213,7 +215,7 @@ def errors(rows: list[dict], profile, target=None) -> dict[str, list[float]]:
                 out[k].append(pr[k] / me[k] - 1.0)
             wls.append(_workload(m))
         mem = predicted_memory(r["arch"], wls, r["limits"], profile, target)
-        out["memory"].append(mem / r["result"]["peak_rss_bytes"] - 1.0)
+        out["memory"].append(mem / peak_memory(r["result"]) - 1.0)
     return out
 
 

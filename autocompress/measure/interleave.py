@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autocompress.measure.worker import peak_memory
+
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
 
 
@@ -32,7 +34,7 @@ class Interleaved:
     absolute: dict = field(default_factory=dict)  # model -> workload -> metric -> mean over passes
     ratio: dict = field(default_factory=dict)  # model -> workload -> metric -> mean ratio to the reference
     spread: dict = field(default_factory=dict)  # model -> workload -> metric -> (max - min) of the per-pass ratios
-    peak_rss: dict = field(default_factory=dict)  # model -> mean peak RSS bytes
+    peak_rss: dict = field(default_factory=dict)  # model -> mean memory figure (worker.peak_memory; CPU: peak RSS)
     runs: list = field(default_factory=list)  # (model, pass, role, session, started, workload medians) in run order
     seconds: float = 0.0  # engine time, resumed runs included
     triples: dict = field(default_factory=dict)  # model -> per pass (its run, the reference before, after): runs indices
@@ -151,7 +153,7 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
         bar.advance(cached=not fresh)  # a replayed run is not work: the rate and ETA come from new runs
         med = medians(res)
         out.runs.append({"model": name, "pass": p, "role": role, "medians": med,
-                         "peak_rss_bytes": res["peak_rss_bytes"], **rec})
+                         "peak_rss_bytes": res["peak_rss_bytes"], "peak_memory_bytes": peak_memory(res), **rec})
         out.run_results.append(res)
         log(f"[measure] {done}/{total} {name} (pass {p + 1}/{passes}{', ' + role if role == 'seam' else ''}"
             f"{', from the journal' if not fresh else ''}): "
@@ -190,7 +192,7 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
     out.absolute[reference] = {w: {k: statistics.fmean(r[w][k] for r in refs) for k in METRICS}
                                for w in wl_names}
     out.ratio[reference] = {w: {k: 1.0 for k in METRICS} for w in wl_names}
-    out.peak_rss = {m: int(statistics.fmean(r["peak_rss_bytes"] for r in out.runs if r["model"] == m))
+    out.peak_rss = {m: int(statistics.fmean(peak_memory(r) for r in out.runs if r["model"] == m))
                     for m in models if any(r["model"] == m for r in out.runs)}
     return out
 

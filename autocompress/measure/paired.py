@@ -112,10 +112,14 @@ class Engine:
 
 def start(name: str, folder: Path, target, limits, work: Path, threads: int | None = None,
           timeout_s: float = 600.0) -> Engine:
-    """A worker with ``folder``'s model loaded, waiting for commands."""
+    """A worker with ``folder``'s model loaded, waiting for commands. Two are loaded at once: on a
+    GPU each may take half of vLLM's default share (``engines.gpu_memory``), or the second would not
+    start; the pool's size does not enter a time, and a workload that does not fit fails loudly."""
+    from dataclasses import replace
+
     from autocompress.measure.runner import worker_env, write_request
 
-    req_path, res_path = write_request(folder, target, limits, [], work, name)
+    req_path, res_path = write_request(folder, target, replace(limits, gpu_share=2), [], work, name)
     env = worker_env(threads)
     p = subprocess.Popen([sys.executable, "-m", "autocompress.measure.worker", str(req_path), str(res_path),
                           "--commands"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,

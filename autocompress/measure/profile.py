@@ -35,18 +35,19 @@ class ProfileRun:
 def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None, model: str = "smollm2-135m",
                 precision: str | None = None, threads: int | None = None, quick: bool = False,
                 root: str | os.PathLike | None = None, log=print, progress=None) -> ProfileRun:
-    """Measure, fit and write a profile. ``out`` None: for ``hardware cpu``, this machine's profile
-    in the cache (``cost.machine.machine_profile_path``), which ``acc check`` and ``acc build``
-    then use; for a GPU, ``<hardware>-<engine>-measured.json`` here. ``progress`` (an
+    """Measure, fit and write a profile. ``out`` None: where ``acc check``, ``build`` and ``verify``
+    look first (``cost.machine.own_profile_path``): for ``hardware cpu`` this machine's profile in the
+    cache, for a catalog GPU that part's, by name, in the same folder. ``progress`` (an
     ``autocompress.progress.Progress``; else ``log`` gets the log lines): one task over the engine
     runs, and per run the engine start and each workload (``measure.events``)."""
     from autocompress.cache import atomic_write_text, cache_root
     from autocompress.progress import as_progress
     from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.machine import machine_profile_path, parent_tag, this_machine
+    from autocompress.cost.machine import parent_tag, this_machine
     from autocompress.cost.profile import PROFILE_DIR, Profile, load_profile
     from autocompress.lang.model import ParentRef, Target
     from autocompress.measure.calibration import calibration_sets, measure_sets, normalized_rows, workloads
+    from autocompress.measure.worker import peak_memory
     from autocompress.measure.fit import errors, fit_profile, loo_memory_errors, profile_dict, ratio_errors, summary
     from autocompress.measure.margin import safety_margin
     from autocompress.measure.presence import engine_available, hardware_present
@@ -70,9 +71,10 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     target = Target(hardware, engine, precision, precision)
     kind = "gguf" if model.endswith(".gguf") else ("alias" if "/" not in model and not os.path.isdir(model) else "hf_dir")
     parent = resolve_parent(ParentRef(kind, model), os.getcwd())
-    if out is None:  # the host CPU: this machine's profile for this parent (cost.machine)
-        out = (machine_profile_path(engine, parent=parent.architecture) if device.kind == "cpu"
-               else Path(f"{hardware}-{engine}-measured.json"))
+    if out is None:  # where check/build/verify look first: this machine's, or this catalog GPU's, for this parent
+        from autocompress.cost.machine import own_profile_path
+
+        out = own_profile_path(device.kind, device.name, engine, parent=parent.architecture)
     tok = _tokenizer_dir(kind, model, parent, progress)
     from autocompress.families.registry import engine_gap
 
@@ -92,7 +94,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     held_errors = errors(heldout, fitted, target)
     known = summary(held_errors)
     # the margin from this calibration's evidence, not the default's guess (measure.margin)
-    ref_rss = [r["peak_rss_bytes"] for r in inter.results_of(cal[0].name)]
+    ref_rss = [peak_memory(r) for r in inter.results_of(cal[0].name)]  # a GPU: the engine's need, not host RAM
     mf, mb, margin_basis = safety_margin(held_errors["memory"], ref_rss, fitted.memory.margin_fraction,
                                          fitted.memory.margin_bytes, loo_memory_errors(calib, fitted, target))
     fitted = replace(fitted, memory=replace(fitted.memory, margin_fraction=mf, margin_bytes=mb))

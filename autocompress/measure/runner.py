@@ -20,6 +20,7 @@ from pathlib import Path
 
 from autocompress.ir import Architecture
 from autocompress.measure.synth import arch_key, synthetic_folder
+from autocompress.measure.worker import peak_memory
 
 
 class MeasureError(RuntimeError):
@@ -185,5 +186,6 @@ def merge_passes(a: dict, b: dict) -> dict:
         m["samples"] = list(x["samples"]) + list(y["samples"])
         ms.append(m)
     res = {**a["result"], "measurements": ms,
-           "peak_rss_bytes": (a["result"]["peak_rss_bytes"] + b["result"]["peak_rss_bytes"]) // 2}
+           "peak_rss_bytes": (a["result"]["peak_rss_bytes"] + b["result"]["peak_rss_bytes"]) // 2,
+           "peak_memory_bytes": (peak_memory(a["result"]) + peak_memory(b["result"])) // 2}
     return {**a, "result": res, "passes": (a["result"], b["result"])}

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from autocompress.measure.worker import MEMORY_SOURCES, peak_memory
+
 METRIC_SAMPLE = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
 
 
@@ -46,7 +48,8 @@ def _samples(results: list[dict], workload: str) -> list[dict]:
 
 def _value(metric: str, percentile, inter, name: str, workload: str | None) -> float:
     """The measured value a bound is judged on: the mean over the runs of each run's median, or the
-    bound's percentile of all samples pooled; memory: the mean peak RSS of the model's processes."""
+    bound's percentile of all samples pooled; memory: the mean memory figure of the model's processes
+    (``worker.memory_figure``: host peak RSS on the CPU, the engine's measured need on a GPU)."""
     from autocompress.measure.engines.base import percentile as pct
 
     if metric == "memory":
@@ -197,7 +200,7 @@ def _per_pass(inter, name: str, metric: str, workload: str | None) -> list[float
     def value(i: int) -> float:
         res = inter.run_results[i]
         if metric == "memory":
-            return float(res["peak_rss_bytes"])
+            return float(peak_memory(res))
         return statistics.fmean(m[METRIC_SAMPLE[metric]] for m in res["measurements"] if m["workload"] == workload)
 
     def to_ref(t) -> float:
@@ -273,7 +276,8 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
         "measurements": None if inter is None else {
             "reference": inter.reference, "passes": max(r["pass"] for r in inter.runs) + 1, "seconds": inter.seconds,
             "runs": inter.runs, "absolute": inter.absolute, "ratio": inter.ratio, "spread": inter.spread,
-            "peak_rss": inter.peak_rss, "paired": paired,
+            "peak_rss": inter.peak_rss, "paired": paired, "memory_source": MEMORY_SOURCES[
+                inter.results_of("model")[0].get("memory_source", "host-rss")],
             "load_before": inter.results_of("model")[0]["load_before"], "load_after": inter.results_of("model")[-1]["load_after"]},
         "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }

@@ -60,6 +60,34 @@ def run_workload(eng, w: dict, settings, seed: int) -> dict:
     return d
 
 
+MEMORY_SOURCES = {  # what ``peak_memory_bytes`` is, by where it came from (the reports quote it)
+    "host-rss": "the serving process's peak resident memory (VmHWM)",
+    "gpu-need": "vLLM's non-KV memory from its start-up profile + the KV blocks in use at the busiest step",
+    "gpu-device": "the device memory the engine process held (CUDA context and vLLM's whole share)",
+}
+
+
+def memory_figure(kind: str, measurements: list[dict], rss: int) -> dict:
+    """The memory a bound is judged on, and its source (``MEMORY_SOURCES``): on the CPU the host
+    peak RSS; on a GPU the engine's measured need (``engines.gpu_memory``), the largest over the
+    workloads, else its device footprint (an upper bound), never host RAM."""
+    if kind != "gpu":
+        return {"peak_memory_bytes": rss, "memory_source": "host-rss"}
+    need = [m["memory"].get("need_bytes") for m in measurements if m["memory"].get("need_bytes")]
+    dev = [m["memory"].get("device_bytes") for m in measurements if m["memory"].get("device_bytes")]
+    if need:
+        return {"peak_memory_bytes": max(need), "memory_source": "gpu-need", "device_bytes": max(dev, default=None)}
+    if dev:
+        return {"peak_memory_bytes": max(dev), "memory_source": "gpu-device", "device_bytes": max(dev)}
+    raise RuntimeError("a GPU engine reported no device memory: a memory bound cannot be judged on host RAM")
+
+
+def peak_memory(result: dict) -> int:
+    """A worker result's memory figure (``memory_figure``); results written before it had only
+    the host peak RSS, which is what they measured (all on the CPU)."""
+    return int(result.get("peak_memory_bytes", result["peak_rss_bytes"]))
+
+
 def run_request(req: dict, commands=None) -> dict:
     """Load the engine and run ``req``'s workloads. ``commands`` (an iterable of JSON lines, e.g.
     stdin): after the workloads, keep the engine loaded and run one workload per line
@@ -93,7 +121,9 @@ def run_request(req: dict, commands=None) -> dict:
             emit("done", out=cmd["out"])
         out["block_size"] = getattr(eng, "block_size", None)
         out["num_kv_blocks"] = getattr(eng, "num_kv_blocks", None)
+        kind = getattr(eng, "kind", "cpu")
     out["peak_rss_bytes"] = peak_rss_bytes()  # VmHWM: the whole process
+    out.update(memory_figure(kind, out["measurements"], out["peak_rss_bytes"]))
     out["load_after"] = os.getloadavg()
     return out
 

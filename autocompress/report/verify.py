@@ -92,7 +92,8 @@ def render_verify_markdown(r: dict) -> str:
             out += ["", "model / other: the two measured in the same pass, minutes apart, with no reference between "
                         "them in the quotient (> 1: the model is dearer for a latency or memory bound); paired: the "
                         "two models' paired ratios to the parent divided, their SEs added in quadrature."]
-        out += ["", "Memory is the serving process's peak resident memory (VmHWM). Latencies: the mean over runs of "
+        source = r["measurements"].get("memory_source", "the serving process's peak resident memory (VmHWM)")
+        out += ["", f"Memory is {source}. Latencies: the mean over runs of "
                     "each run's median, unless the bound names a percentile (all samples pooled)."]
     else:
         out += ["", f"Nothing was measured ({r['environment'].removeprefix('not measured: ')}). "

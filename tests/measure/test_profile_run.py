@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 
 
-def test_a_quick_profile_is_written_from_an_interleaved_measurement(tmp_path, monkeypatch):
+def _stand_in_engine(tmp_path, monkeypatch):
+    """``run_profile``'s engine runs, fit and tokenizer replaced: every model at one speed."""
     import autocompress.measure.calibration as calibration
     import autocompress.measure.fit as fit
     import autocompress.measure.presence as presence
     import autocompress.measure.profile as profile
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import measure_interleaved
-    from autocompress.measure.profile import run_profile
 
     rss = iter(range(2_600 << 20, 4_000 << 20, 7 << 20))
 
@@ -39,6 +39,12 @@ def test_a_quick_profile_is_written_from_an_interleaved_measurement(tmp_path, mo
     monkeypatch.setattr(presence, "engine_available", lambda engine: (True, ""))
     # the stand-in engine needs no tokenizer: skip the GGUF conversion
     monkeypatch.setattr(profile, "_tokenizer_dir", lambda *a, **k: tmp_path)
+
+
+def test_a_quick_profile_is_written_from_an_interleaved_measurement(tmp_path, monkeypatch):
+    from autocompress.measure.profile import run_profile
+
+    _stand_in_engine(tmp_path, monkeypatch)
     out = tmp_path / "p.json"
     run = run_profile("cpu", "vllm", out, quick=True, root=tmp_path / "work", log=lambda m: None)
     doc = json.loads(out.read_text())
@@ -47,3 +53,31 @@ def test_a_quick_profile_is_written_from_an_interleaved_measurement(tmp_path, mo
     # the margin's RSS term comes from the reference's own runs, every one of them
     assert m["margin"]["reference_runs"] == run.calibration + run.heldout
     assert not (tmp_path / "work" / "journal.jsonl").exists()  # saved: the journal goes
+
+
+def test_a_gpu_profile_goes_where_check_build_and_verify_look(tmp_path, monkeypatch):
+    """``acc profile --hardware h100-sxm`` without ``--out``: the profile lands in the cache's profiles
+    folder under the catalog name and the parent, and a spec on that GPU naming no profile gets it;
+    it once went to ``./h100-sxm-vllm-measured.json``, where nothing looked."""
+    import autocompress.measure.presence as presence
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.machine import device_profile_path, parent_tag
+    from autocompress.cost.profile import load_profile, origin
+    from autocompress.lang.model import ParentRef
+    from autocompress.measure.profile import run_profile
+    from autocompress.parents.resolve import resolve_parent
+
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    _stand_in_engine(tmp_path, monkeypatch)
+    monkeypatch.setattr(presence, "hardware_present", lambda device: (True, ""))  # no GPU here
+    run = run_profile("h100-sxm", "vllm", None, quick=True, root=tmp_path / "work", log=lambda m: None)
+    parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
+    assert run.path == device_profile_path("h100-sxm", "vllm", parent) == \
+        tmp_path / "cache" / "profiles" / f"h100-sxm-vllm-measured-{parent_tag(parent)}.json"
+    assert run.path.is_file() and not list(tmp_path.glob("*.json"))  # nothing in the current folder
+    h100 = resolve_device("h100-sxm")
+    got = load_profile(None, h100, "vllm", parent)
+    assert got.path == str(run.path) and got.source == "measured" and got.hardware == "h100-sxm"
+    assert origin(got, h100, parent)[0] == "catalog device"
+    assert run.profile["name"] == "h100-sxm-vllm-measured" and "machine" not in run.profile

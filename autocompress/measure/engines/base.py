@@ -7,7 +7,8 @@ Definitions (facts.md "Benchmark definitions", the same as ``autocompress.cost.l
 * TPOT = (E2E - TTFT) / (out - 1), per request (``vllm bench serve``).
 * throughput: output tokens of all timed requests / the elapsed wall time of the timed part.
 * memory: what the engine reserves by its own accounting (vLLM: weights + KV space) and, apart,
-  the increase of the process's resident memory (peak, from before loading to after the runs).
+  the increase of the process's resident memory (peak, from before loading to after the runs); on a
+  GPU, the engine's measured need and device footprint (``engines.gpu_memory``).
 
 A ``Measurement`` carries every per-request (serve) or per-iteration (batch) ``Sample`` so that any
 percentile can be computed again later; the medians and p50/p90/p99 in it are derived from them.
@@ -38,6 +39,8 @@ class EngineLimits:
     prefix_caching: bool = False  # vLLM: enable_prefix_caching (on when a workload has a prefix share)
     threads: int | None = None  # CPU: OMP_NUM_THREADS / torch threads; None: all cores
     seed: int = 0
+    gpu_memory_bytes: int | None = None  # vLLM GPU: what it may ask for (the spec's limit); None: default share
+    gpu_share: int = 1  # engines on one GPU at once (paired: 2); ``engines.gpu_memory.utilization``
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,9 @@ class Memory:
     activation_bytes: int | None  # None: the engine does not report it (vLLM CPU)
     rss_increase_bytes: int  # peak resident memory after the runs minus before loading
     rss_after_load_bytes: int  # resident memory increase once loaded, before any request
+    kv_peak_bytes: int | None = None  # KV blocks in use at the busiest engine step x bytes per block
+    need_bytes: int | None = None  # vLLM GPU: non-KV (its start-up profile) + kv_peak (``engines.gpu_memory``)
+    device_bytes: int | None = None  # GPU: device memory in use now less before loading (context included)
 
 
 @dataclass(frozen=True)
@@ -303,9 +309,10 @@ def derive_limits(arch, target, workloads, scheduler=None, slack: int = 16, enfo
                   kv_space_gib: int | None = None, threads: int | None = None, seed: int = 0) -> EngineLimits:
     """Engine settings from our derivation: the scheduler budgets ``autocompress.plan.derive.engine_limits``
     recommends (max_num_seqs = the largest concurrency), max_model_len = the longest input + output
-    + ``slack``, and on vLLM CPU the KV space = ceil(KV needed) GiB from ``memory_breakdown``. CUDA graphs
-    (``enforce_eager`` False) on a GPU, as the cost model and the plan assume there; eager on the CPU, where
-    torch.compile takes about a minute per start and the model charges no graph."""
+    + ``slack``; on vLLM CPU the KV space = ceil(KV needed) GiB from ``memory_breakdown``, on a GPU the
+    spec's memory limit as what vLLM may ask for. CUDA graphs (``enforce_eager`` False) on a GPU, as the
+    cost model and the plan assume there; eager on the CPU, where torch.compile takes about a minute per
+    start and the model charges no graph."""
     from autocompress.catalog.engines import SchedulerLimits, scheduler_defaults
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.memory import memory_breakdown
@@ -321,7 +328,8 @@ def derive_limits(arch, target, workloads, scheduler=None, slack: int = 16, enfo
         enforce_eager = device.kind != "gpu"
     if kv_space_gib is None and target.engine == "vllm" and device.kind == "cpu":
         kv_space_gib = memory_breakdown(arch, target, workloads, device=device, limits=scheduler).cpu_kv_space_gib
-    return EngineLimits(
+    return EngineLimits(  # on a GPU the spec's memory limit is what vLLM may ask for (gpu_memory_utilization)
+        gpu_memory_bytes=target.memory_limit_bytes if device.kind == "gpu" else None,
         max_num_seqs=scheduler.max_num_seqs,
         max_num_batched_tokens=max(scheduler.max_num_batched_tokens, 1),
         max_model_len=longest, kv_space_gib=kv_space_gib, enforce_eager=enforce_eager,

