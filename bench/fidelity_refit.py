@@ -52,8 +52,8 @@ def merged(inters: list):
     out.spread[ref] = {w: {k: 0.0 for k in METRICS} for w in inters[0].absolute[ref]}
     for name, ts in triples_of(out).items():  # every triple of both runs, as passes of one run
         out.absolute[name], out.ratio[name], out.spread[name] = cell_stats(ts, list(ts[0][0]))
-    out.peak_rss = {m: statistics.fmean(i.peak_rss[m] for i in inters if m in i.peak_rss)
-                    for m in {m for i in inters for m in i.peak_rss}}
+    out.peak_memory = {m: statistics.fmean(i.peak_memory[m] for i in inters if m in i.peak_memory)
+                    for m in {m for i in inters for m in i.peak_memory}}
     return out
 
 

@@ -84,7 +84,7 @@ def normalized_rows(inter, archs: list[Architecture], limits: dict, wls: list[di
                 m[k] = inter.ratio[arch.name][w["name"]][k] * ref[w["name"]][k]
             ms.append(m)
         rows.append({"arch": arch, "limits": limits[arch.name],
-                     "result": {"measurements": ms, "peak_rss_bytes": inter.peak_rss[arch.name]}})
+                     "result": {"measurements": ms, "peak_memory_bytes": inter.peak_memory[arch.name]}})
     return rows
 
 

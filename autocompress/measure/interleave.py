@@ -34,7 +34,7 @@ class Interleaved:
     absolute: dict = field(default_factory=dict)  # model -> workload -> metric -> mean over passes
     ratio: dict = field(default_factory=dict)  # model -> workload -> metric -> mean ratio to the reference
     spread: dict = field(default_factory=dict)  # model -> workload -> metric -> (max - min) of the per-pass ratios
-    peak_rss: dict = field(default_factory=dict)  # model -> mean memory figure (worker.peak_memory; CPU: peak RSS)
+    peak_memory: dict = field(default_factory=dict)  # model -> mean memory figure (worker.peak_memory; CPU: peak RSS)
     runs: list = field(default_factory=list)  # (model, pass, role, session, started, workload medians) in run order
     seconds: float = 0.0  # engine time, resumed runs included
     triples: dict = field(default_factory=dict)  # model -> per pass (its run, the reference before, after): runs indices
@@ -51,9 +51,9 @@ class Interleaved:
         if self.journal is not None:
             self.journal.finish()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict:  # "peak_rss": the key from before GPU figures, so stored runs read alike
         return {"reference": self.reference, "absolute": self.absolute, "ratio": self.ratio, "spread": self.spread,
-                "peak_rss": self.peak_rss, "runs": self.runs, "seconds": round(self.seconds, 1)}
+                "peak_rss": self.peak_memory, "runs": self.runs, "seconds": round(self.seconds, 1)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Interleaved":
@@ -192,7 +192,7 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
     out.absolute[reference] = {w: {k: statistics.fmean(r[w][k] for r in refs) for k in METRICS}
                                for w in wl_names}
     out.ratio[reference] = {w: {k: 1.0 for k in METRICS} for w in wl_names}
-    out.peak_rss = {m: int(statistics.fmean(peak_memory(r) for r in out.runs if r["model"] == m))
+    out.peak_memory = {m: int(statistics.fmean(peak_memory(r) for r in out.runs if r["model"] == m))
                     for m in models if any(r["model"] == m for r in out.runs)}
     return out
 

@@ -88,6 +88,9 @@ class Engine:
         self.wait("done", timeout_s)
         d = json.loads(out.read_text())
         out.unlink()
+        if ((d.get("memory") or {}).get("kv_preemptions") or 0) > 0:  # vLLM recomputed requests: not this workload's time
+            raise PairedError(f"{self.name}: vLLM preempted {d['memory']['kv_preemptions']} requests of "
+                              f"{workload['name']} for want of KV blocks (two engines share the device here)")
         return d
 
     def stop(self, timeout_s: float = 120.0) -> dict:
@@ -113,8 +116,9 @@ class Engine:
 def start(name: str, folder: Path, target, limits, work: Path, threads: int | None = None,
           timeout_s: float = 600.0) -> Engine:
     """A worker with ``folder``'s model loaded, waiting for commands. Two are loaded at once: on a
-    GPU each may take half of vLLM's default share (``engines.gpu_memory``), or the second would not
-    start; the pool's size does not enter a time, and a workload that does not fit fails loudly."""
+    GPU each may take about half of vLLM's default share (``engines.gpu_memory``), or the second would
+    not start; the pool's size does not enter a time unless vLLM preempts a request, which ``run``
+    refuses."""
     from dataclasses import replace
 
     from autocompress.measure.runner import worker_env, write_request

@@ -113,7 +113,7 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     if device.kind == "cpu":
         doc["machine"] = this_machine(engine).as_dict()
     doc["reference"] = {"model": f"{model} (parent)", "parent_tag": parent_tag(parent.architecture),
-                        "peak_rss_bytes": inter.peak_rss[cal[0].name],
+                        "peak_rss_bytes": inter.peak_memory[cal[0].name],
                         "workloads": inter.absolute[cal[0].name]}
     # the raw interleaved runs (every model's medians per run, ratios, spreads, busy flags): a later
     # fit can be checked or redone from the file without another hour of engine time

@@ -53,7 +53,7 @@ def _value(metric: str, percentile, inter, name: str, workload: str | None) -> f
     from autocompress.measure.engines.base import percentile as pct
 
     if metric == "memory":
-        return float(inter.peak_rss[name])
+        return float(inter.peak_memory[name])
     if percentile is None or metric == "throughput":
         return inter.absolute[name][workload][METRIC_SAMPLE[metric]]
     s = _samples(inter.results_of(name), workload)
@@ -276,7 +276,7 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
         "measurements": None if inter is None else {
             "reference": inter.reference, "passes": max(r["pass"] for r in inter.runs) + 1, "seconds": inter.seconds,
             "runs": inter.runs, "absolute": inter.absolute, "ratio": inter.ratio, "spread": inter.spread,
-            "peak_rss": inter.peak_rss, "paired": paired, "memory_source": MEMORY_SOURCES[
+            "peak_rss": inter.peak_memory, "paired": paired, "memory_source": MEMORY_SOURCES[
                 inter.results_of("model")[0].get("memory_source", "host-rss")],
             "load_before": inter.results_of("model")[0]["load_before"], "load_after": inter.results_of("model")[-1]["load_after"]},
         "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -62,8 +62,9 @@ def run_workload(eng, w: dict, settings, seed: int) -> dict:
 
 MEMORY_SOURCES = {  # what ``peak_memory_bytes`` is, by where it came from (the reports quote it)
     "host-rss": "the serving process's peak resident memory (VmHWM)",
-    "gpu-need": "vLLM's non-KV memory from its start-up profile + the KV blocks in use at the busiest step",
-    "gpu-device": "the device memory the engine process held (CUDA context and vLLM's whole share)",
+    "gpu-need": ("the engine's measured need on the device: for vLLM its non-KV memory from its start-up profile "
+                 "+ the KV blocks in use at the busiest step; for transformers torch's peak allocation"),
+    "gpu-device": "the device memory the engine held beyond its CUDA context (for vLLM, its whole share)",
 }
 
 
@@ -73,6 +74,8 @@ def memory_figure(kind: str, measurements: list[dict], rss: int) -> dict:
     workloads, else its device footprint (an upper bound), never host RAM."""
     if kind != "gpu":
         return {"peak_memory_bytes": rss, "memory_source": "host-rss"}
+    if not measurements:  # a paired engine (``--commands``) times chunks: its memory is nobody's figure
+        return {"peak_memory_bytes": None, "memory_source": None}
     need = [m["memory"].get("need_bytes") for m in measurements if m["memory"].get("need_bytes")]
     dev = [m["memory"].get("device_bytes") for m in measurements if m["memory"].get("device_bytes")]
     if need:
@@ -85,7 +88,10 @@ def memory_figure(kind: str, measurements: list[dict], rss: int) -> dict:
 def peak_memory(result: dict) -> int:
     """A worker result's memory figure (``memory_figure``); results written before it had only
     the host peak RSS, which is what they measured (all on the CPU)."""
-    return int(result.get("peak_memory_bytes", result["peak_rss_bytes"]))
+    got = result["peak_memory_bytes"] if "peak_memory_bytes" in result else result["peak_rss_bytes"]
+    if got is None:
+        raise ValueError("this engine run measured no workload on the GPU: it has no memory figure")
+    return int(got)
 
 
 def run_request(req: dict, commands=None) -> dict:

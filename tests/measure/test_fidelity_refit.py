@@ -85,7 +85,7 @@ def test_two_runs_merge_like_two_passes_each_triple_against_its_own_references()
     assert m.ratio["A"]["short"]["tpot_s"] == pytest.approx(0.55)  # the host's change between runs cancels
     assert m.spread["A"]["short"]["tpot_s"] == pytest.approx(0.1)
     assert m.absolute["A"]["short"]["tpot_s"] == pytest.approx(8.5) and m.absolute["R"]["short"]["tpot_s"] == 15.0
-    assert len(m.runs) == 6 and m.peak_rss == {"R": 100, "A": 50}
+    assert len(m.runs) == 6 and m.peak_memory == {"R": 100, "A": 50}
 
 
 def _terms():

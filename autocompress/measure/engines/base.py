@@ -125,7 +125,8 @@ class Memory:
     rss_after_load_bytes: int  # resident memory increase once loaded, before any request
     kv_peak_bytes: int | None = None  # KV blocks in use at the busiest engine step x bytes per block
     need_bytes: int | None = None  # vLLM GPU: non-KV (its start-up profile) + kv_peak (``engines.gpu_memory``)
-    device_bytes: int | None = None  # GPU: device memory in use now less before loading (context included)
+    device_bytes: int | None = None  # GPU: device memory in use now less before loading (the context excluded)
+    kv_preemptions: int | None = None  # vLLM: requests preempted for want of KV blocks (None: not counted)
 
 
 @dataclass(frozen=True)

@@ -118,13 +118,15 @@ class HFEngine:
         return clock.stamps[1] - t0, t1 - t0
 
     def _memory(self) -> Memory:
-        act = None
-        if self.kind == "gpu":
+        act = need = None
+        if self.kind == "gpu":  # torch's peak on the device (weights, activations, the KV cache): the need
             import torch
 
-            act = torch.cuda.max_memory_allocated() - self._weights
+            need = torch.cuda.max_memory_allocated()
+            act = need - self._weights
         return Memory(engine_bytes=None, weights_bytes=self._weights, kv_reserved_bytes=0, activation_bytes=act,
-                      rss_increase_bytes=peak_rss_bytes() - self._rss0, rss_after_load_bytes=self._rss_loaded)
+                      rss_increase_bytes=peak_rss_bytes() - self._rss0, rss_after_load_bytes=self._rss_loaded,
+                      need_bytes=need)
 
     def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings(), tick=None) -> Measurement:
         import numpy as np

