@@ -18,6 +18,18 @@ def _bench(name: str):
     return mod
 
 
+def _flat_run(reference: str, names: list[str], wls, medians: dict):
+    """An interleaved run in which every model measures ``medians`` on every workload: ratio 1 to
+    ``reference``, no spread, 3 GiB each."""
+    from autocompress.measure.interleave import Interleaved
+
+    one = {w["name"]: dict(medians) for w in wls}
+    return Interleaved(reference, {n: one for n in names},
+                       {n: {w: {k: 1.0 for k in v} for w, v in one.items()} for n in names},
+                       {n: {w: {k: 0.0 for k in v} for w, v in one.items()} for n in names},
+                       {n: 3 << 30 for n in names})
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_every_interleaved_benchmark_takes_the_shared_options(name, monkeypatch):
     mod = _bench(name)
@@ -54,7 +66,6 @@ def test_the_fidelity_benchmark_writes_its_table_from_a_measurement(tmp_path, mo
     import autocompress.measure.calibration as calibration
     import autocompress.measure.fit as fit
     from autocompress.lang.model import ParentRef
-    from autocompress.measure.interleave import Interleaved
     from autocompress.parents.resolve import resolve_parent
 
     mod = _bench("costmodel_fidelity")
@@ -63,12 +74,7 @@ def test_the_fidelity_benchmark_writes_its_table_from_a_measurement(tmp_path, mo
 
     def fake_sets(archs, target, tok, root, threads, passes=1, **kw):
         wls = calibration.workload_dicts()
-        one = {w["name"]: {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 3.0, "throughput_tok_s": 20.0} for w in wls}
-        names = [a.name for a in archs]
-        inter = Interleaved(names[0], {n: one for n in names}, {n: {w: {k: 1.0 for k in v} for w, v in one.items()}
-                                                                  for n in names},
-                            {n: {w: {k: 0.0 for k in v} for w, v in one.items()} for n in names},
-                            {n: 3 << 30 for n in names})
+        inter = _flat_run(archs[0].name, [a.name for a in archs], wls, {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 3.0, "throughput_tok_s": 20.0})
         from autocompress.measure.engines.base import derive_limits
 
         return inter, {a.name: derive_limits(a, target, calibration.workloads(), threads=threads) for a in archs}, wls
@@ -90,7 +96,6 @@ def test_fidelity_on_one_workload_measures_it_alone_and_fits_on_all(tmp_path, mo
     import autocompress.measure.interleave as interleave
     import autocompress.measure.synth as synth
     from autocompress.lang.model import ParentRef
-    from autocompress.measure.interleave import Interleaved
     from autocompress.parents.resolve import resolve_parent
 
     mod = _bench("costmodel_fidelity")
@@ -101,11 +106,7 @@ def test_fidelity_on_one_workload_measures_it_alone_and_fits_on_all(tmp_path, mo
 
     def fake_interleaved(models, reference, target, wls, limits, work, **kw):
         seen["workloads"] = [w["name"] for w in wls]
-        one = {w["name"]: {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 3.0, "throughput_tok_s": 20.0} for w in wls}
-        return Interleaved(reference, {n: one for n in models},
-                           {n: {w: {k: 1.0 for k in v} for w, v in one.items()} for n in models},
-                           {n: {w: {k: 0.0 for k in v} for w, v in one.items()} for n in models},
-                           {n: 3 << 30 for n in models})
+        return _flat_run(reference, list(models), wls, {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 3.0, "throughput_tok_s": 20.0})
 
     def fake_fit(rows, base, target, **kw):
         seen["fit"] = {m["workload"] for r in rows for m in r["result"]["measurements"]}
@@ -189,7 +190,6 @@ def test_the_fidelity_benchmark_measures_and_predicts_on_a_named_gpu(tmp_path, m
     import autocompress.measure.calibration as calibration
     import autocompress.measure.fit as fit
     from autocompress.lang.model import ParentRef, Target
-    from autocompress.measure.interleave import Interleaved
     from autocompress.parents.resolve import resolve_parent
 
     mod = _bench("costmodel_fidelity")
@@ -201,12 +201,7 @@ def test_the_fidelity_benchmark_measures_and_predicts_on_a_named_gpu(tmp_path, m
     def fake_sets(archs, target, tok, root, threads, passes=1, **kw):
         seen.update(target=target, threads=threads)
         wls = calibration.workload_dicts()
-        one = {w["name"]: {"ttft_s": 0.05, "tpot_s": 0.004, "e2e_s": 0.3, "throughput_tok_s": 200.0} for w in wls}
-        names = [a.name for a in archs]
-        inter = Interleaved(names[0], {n: one for n in names}, {n: {w: {k: 1.0 for k in v} for w, v in one.items()}
-                                                                  for n in names},
-                            {n: {w: {k: 0.0 for k in v} for w, v in one.items()} for n in names},
-                            {n: 3 << 30 for n in names})
+        inter = _flat_run(archs[0].name, [a.name for a in archs], wls, {"ttft_s": 0.05, "tpot_s": 0.004, "e2e_s": 0.3, "throughput_tok_s": 200.0})
         from autocompress.measure.engines.base import derive_limits
 
         limits = {a.name: derive_limits(a, target, calibration.workloads(), threads=threads) for a in archs}
