@@ -4,7 +4,7 @@ Importing the package is cheap and has no side effects: no torch, transformers o
 no import hooks. The folders follow the pipeline (ARCHITECTURE.md has the module map):
 
     lang -> parents -> plan -> feasibility -> report          (acc check, check.py)
-    ... -> compress (acc build, compress/pipeline.py) -> export -> measure (acc verify, acc profile)
+    ... -> compress (acc build, build/pipeline.py) -> export -> measure (acc verify, acc profile)
 
 Exported heterogeneous checkpoints carry their own modeling code (``auto_map``): load them with
 ``trust_remote_code=True``, or call ``autocompress.modeling.register.register()`` once in a process

@@ -77,7 +77,7 @@ def atomic_dir(final: str | os.PathLike, replace: bool = False) -> Iterator[Path
     On an exception the temporary folder is removed and ``final`` is untouched. An existing
     ``final`` is replaced only with ``replace=True`` (moved aside, the new one renamed in, the old
     one deleted: a crash leaves the old or the new folder, plus at most a hidden ``.old-`` one);
-    otherwise ``FileExistsError``. Callers decide what may be replaced (``compress.output``).
+    otherwise ``FileExistsError``. Callers decide what may be replaced (``build.output``).
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)

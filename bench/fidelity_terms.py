@@ -50,7 +50,7 @@ def features(arch, kv_parent: int) -> dict[str, float]:
 def cells_of(path: str, prof, target, parent) -> tuple[list[dict], dict[str, float]]:
     """(every (model, workload, metric) of a stored run: predicted and measured ratio to the parent,
     features; the parent's features)."""
-    from autocompress.measure.fit import predicted
+    from autocompress.calibrate.fit import predicted
 
     rows, inter, d = rebuilt(str(ROOT / path), target, parent)
     ref = rows[inter.reference]
@@ -73,7 +73,7 @@ def cells_of(path: str, prof, target, parent) -> tuple[list[dict], dict[str, flo
 
 def p95s(cells: list[dict], term=None, parent_f=None) -> dict[str, float]:
     """p95 of |predicted / measured - 1| per metric over held-out cells, with ``term`` = (workload, metric, feature, c)."""
-    from autocompress.measure.fit import pct
+    from autocompress.calibrate.fit import pct
 
     out = {}
     for k in ("tpot", "e2e", "throughput"):
@@ -102,7 +102,7 @@ def main() -> int:
 
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.measure.fit import KERNEL_KEYS, _profile
+    from autocompress.calibrate.fit import KERNEL_KEYS, _profile
 
     target, (parent, _) = bench_target(), parent_of("smollm2-135m")
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")

@@ -56,7 +56,7 @@ def main() -> int:
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.memory import gemm_shapes
     from autocompress.cost.profile import load_profile
-    from autocompress.measure.fit import predicted
+    from autocompress.calibrate.fit import predicted
 
     tgt = target()
     parent, weights = parent_of("gemma3-270m")

@@ -44,7 +44,7 @@ WORKLOADS = ("short", "concurrent")  # decode at batch 1 (the host contract's re
 
 def archs(parent):
     from autocompress.ir import MLP, Attention, Block
-    from autocompress.measure.synth import designed
+    from autocompress.calibrate.synth import designed
 
     att, mlp = parent.blocks[0].attention, parent.blocks[0].ffn
     L = parent.num_layers
@@ -68,7 +68,7 @@ def ladder(parent, seed: int = 3, index: int = 1):
     """The parent, then one property of held-out variant ``index`` of ``seed`` (as
     ``costmodel_fidelity.model_sets`` draws it: ``synth.variants(parent, 14, seed)``) added per step."""
     from autocompress.ir import Block
-    from autocompress.measure.synth import variants
+    from autocompress.calibrate.synth import variants
 
     v = variants(parent, 14, seed=seed)[index]
     if len(v.blocks) != len(parent.blocks):  # the steps swap blocks layer by layer
@@ -97,7 +97,7 @@ def main() -> int:
     args = ap.parse_args()
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.measure.fit import predicted
+    from autocompress.calibrate.fit import predicted
 
     tgt = target()
     parent, weights = parent_of("smollm2-135m")
@@ -110,7 +110,7 @@ def main() -> int:
     if args.fitted:
         from fidelity_refit import own_params
 
-        from autocompress.measure.fit import KERNEL_KEYS, _profile
+        from autocompress.calibrate.fit import KERNEL_KEYS, _profile
 
         base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
         fitted = json.loads(Path(args.fitted).read_text())["fitted"]

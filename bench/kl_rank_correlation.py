@@ -75,10 +75,10 @@ def shape(arch) -> str:
 
 def candidates(p, n: int) -> tuple[list[dict], object, object]:
     """The candidates (dicts: name, source, arch, kl_before), the supernet and ``select_kl``."""
-    from autocompress.compress.baseline import budget_of
-    from autocompress.compress.refine import RefineConfig, refine
-    from autocompress.compress.search import _measures
-    from autocompress.compress.tables import cost_tables
+    from autocompress.search.baseline import budget_of
+    from autocompress.search.refine import RefineConfig, refine
+    from autocompress.search.strategy import _measures
+    from autocompress.search.tables import cost_tables
     from autocompress.feasibility.exact import evaluate
     from autocompress.feasibility.metrics import Relaxation
     from autocompress.feasibility.objective import load_importance
@@ -138,13 +138,13 @@ def run(spec_path: Path, work: Path, n: int, steps: int, accuracy: bool, progres
 
     from safetensors.torch import load_file
 
-    from autocompress.accuracy.command import _load
-    from autocompress.accuracy.paired import per_doc_path
-    from autocompress.accuracy.stage import run_accuracy
-    from autocompress.compress.evaluate import heldout, load_exported
-    from autocompress.compress.pipeline import _distill
-    from autocompress.compress.prepare import prepare
-    from autocompress.compress.stages import stage_key
+    from autocompress.evaluate.benchmarks.command import _load
+    from autocompress.evaluate.benchmarks.paired import per_doc_path
+    from autocompress.evaluate.benchmarks.stage import run_accuracy
+    from autocompress.evaluate.heldout import heldout, load_exported
+    from autocompress.build.pipeline import _distill
+    from autocompress.build.prepare import prepare
+    from autocompress.build.stages import stage_key
     from autocompress.ir import arch_to_dict
 
     p = prepare(str(spec_path), work, progress)
@@ -196,7 +196,7 @@ def summary(rows: list[dict]) -> dict:
         entry = {"spearman": spearman(pre, v), "pick": rows[pick]["name"], "pick_value": v[pick],
                  "pick_rank": rank, "best": rows[best]["name"], "best_value": v[best]}
         if higher and best != pick:
-            from autocompress.accuracy.paired import paired_difference, read_rows
+            from autocompress.evaluate.benchmarks.paired import paired_difference, read_rows
 
             d = paired_difference(read_rows(Path(rows[pick]["accuracy"]["per_doc"])),
                                   read_rows(Path(rows[best]["accuracy"]["per_doc"])))

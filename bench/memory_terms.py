@@ -92,7 +92,7 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 
 def readme_effect(per_shape: float) -> list[str]:
-    """The README arms' verify predictions (margin excluded, as ``measure.fit`` compares) with and
+    """The README arms' verify predictions (margin excluded, as ``calibrate.fit`` compares) with and
     without ``per_shape`` bytes per GEMM shape, against their measured peak RSS."""
     from autocompress.cost.memory import gemm_shapes
     from autocompress.ir import arch_from_dict
@@ -200,7 +200,7 @@ def main() -> int:
     from autocompress.lang.api import load_spec
     from autocompress.lang.model import ParentRef
     from autocompress.measure.engines.base import derive_limits
-    from autocompress.measure.fit import predicted_memory
+    from autocompress.calibrate.fit import predicted_memory
     from autocompress.measure.runner import measure, workload_dict
     from autocompress.parents.resolve import resolve_parent
 
@@ -290,7 +290,7 @@ def main() -> int:
             lines.append(f"| {a} | {b} | {what} | {rb['residual_mib'] - ra['residual_mib']:+.0f} MiB | "
                          f"{served - (rb['kv_space_gib'] - ra['kv_space_gib']) * 1024:+.0f} MiB |")
     if len({r["gemm_shapes"] for r in rows}) > 1:
-        from autocompress.measure.fit import fit_memory
+        from autocompress.calibrate.fit import fit_memory
 
         x = [r["gemm_shapes"] for r in rows]
         grow = [statistics.fmean(r["served_increase_mib"]) - statistics.fmean(r["loaded_increase_mib"]) for r in rows]
@@ -299,7 +299,7 @@ def main() -> int:
                       "peak_fit_mib_per_shape": per / MiB}
         lines += ["", f"Growth while serving (after the runs - after load) against GEMM shapes: "
                   f"{slope(x, grow):.1f} MiB per shape (least squares over {len(rows)} models). "
-                  f"`measure.fit.fit_memory` on the peaks: {per / MiB:.1f} MiB per shape, non-torch {nt / MiB:.0f} MiB.",
+                  f"`calibrate.fit.fit_memory` on the peaks: {per / MiB:.1f} MiB per shape, non-torch {nt / MiB:.0f} MiB.",
                   "", "## The README's arms (`bench/results/cpu-vllm-readme/verify-report.json`, another host)", ""]
         lines += readme_effect(slope(x, grow) * MiB)
         Path(args.out + ".json").write_text(json.dumps(out, indent=1) + "\n")

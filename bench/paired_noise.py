@@ -35,7 +35,7 @@ from _interleaved import ROOT, parent_of, point, target  # noqa: E402
 def archs(parent, names: list[str]):
     from dataclasses import replace
 
-    from autocompress.measure.synth import variants
+    from autocompress.calibrate.synth import variants
 
     pool = {a.name: a for a in variants(parent, 14, seed=3)[1:]}
     pool = {f"s3-{k}": replace(a, name=f"s3-{k}") for k, a in pool.items()}
@@ -62,11 +62,11 @@ def main() -> int:
     ap.add_argument("--root", default=str(ROOT / "bench" / "work" / "profiling"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "paired_noise"))
     args = ap.parse_args()
-    from autocompress.measure.calibration import WORKLOADS as CAL
-    from autocompress.measure.calibration import workload_dicts
+    from autocompress.calibrate.calibration import WORKLOADS as CAL
+    from autocompress.calibrate.calibration import workload_dicts
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.paired import measure_paired
-    from autocompress.measure.synth import synthetic_folder
+    from autocompress.calibrate.synth import synthetic_folder
 
     tgt = target()
     parent, weights = parent_of("smollm2-135m")
@@ -81,7 +81,7 @@ def main() -> int:
     if args.fitted:
         from fidelity_refit import fitted_profile
 
-        from autocompress.measure.fit import predicted
+        from autocompress.calibrate.fit import predicted
 
         prof = fitted_profile(args.fitted)
         for a in models[1:]:

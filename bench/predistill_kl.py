@@ -9,7 +9,7 @@ adds the architecture the current search chooses.
 
 For each contract (the example's bounds with the quality benchmark's budget sections, so both
 scripts share their stages in ``bench/work/stages``): run the shared stages and the search of
-both strategies (``compress.prepare`` / ``compress.choice.search``); extract each candidate from
+both strategies (``build.prepare`` / ``build.choice.search``); extract each candidate from
 the parent's permuted weights, no training; measure the full KL(parent || student) over the vocab
 on held-out rows (``--rows`` x ``--tokens`` per kind, code and prose). Writes
 ``bench/results/predistill_kl.md`` and ``.json``.
@@ -37,8 +37,8 @@ def kl_to_parent(p, arch, rows) -> float:
     """Mean over positions of the exact KL(parent || extracted student), no training."""
     import torch
 
-    from autocompress.compress.extract import extract, student_model
-    from autocompress.compress.teacher import full_kl, logits_of
+    from autocompress.prune.extract import extract, student_model
+    from autocompress.data.teacher import full_kl, logits_of
     from autocompress.nn.llama import forward
 
     state, globals_ = extract(p.permuted, p.cfg, arch)
@@ -51,8 +51,8 @@ def kl_to_parent(p, arch, rows) -> float:
 def run_contract(example: str, args) -> dict:
     from quality_at_equal_cost import contract_spec
 
-    from autocompress.compress.choice import search
-    from autocompress.compress.prepare import prepare
+    from autocompress.build.choice import search
+    from autocompress.build.prepare import prepare
     from autocompress.ir import arch_from_dict
     from autocompress.progress import LineSink, Progress
 

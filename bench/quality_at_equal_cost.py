@@ -63,7 +63,7 @@ def contract_spec(example: str, seed: int, steps: int, seq: int, search_steps: i
 
 
 def run_one(work: Path, example: str, seed: int, args, examples: Path | None = None) -> dict:
-    from autocompress.compress.pipeline import run_build
+    from autocompress.build.pipeline import run_build
 
     name = f"{example}-s{seed}"
     result = work / "results" / f"{name}.json"
@@ -102,7 +102,7 @@ def bench_environment(work: Path) -> None:
     """The benchmark's caches under ``work`` (the machine's profile, engine caches), so every run of
     this benchmark and of the Pareto sweep predicts with one calibration; the installed benchmark
     data stays where it is (moving the cache would otherwise hide it: accuracy "not measured")."""
-    from autocompress.accuracy.data import default_root
+    from autocompress.evaluate.benchmarks.data import default_root
 
     if (default_root() / "COMPLETE").exists():  # read before the cache moves below
         os.environ.setdefault("ACC_EVAL_DATA", str(default_root()))
@@ -149,7 +149,7 @@ def measured_by_bound(output: Path) -> tuple[dict, dict]:
 def paired(row: dict, work: Path) -> dict | None:
     """autocompress minus uniform on the same documents (``accuracy.paired``), stored in the row
     once the two models' accuracy stages are found in ``work``/stages; None before."""
-    from autocompress.accuracy.paired import paired_difference, per_doc_path, read_rows
+    from autocompress.evaluate.benchmarks.paired import paired_difference, per_doc_path, read_rows
 
     if row.get("paired"):
         return row["paired"]
@@ -222,7 +222,7 @@ def table(rows: list[dict], args) -> str:
            "folder); `-` where the target is a GPU.",
            "8-bench mean: `acc eval`'s seeded subsamples (1,200 documents), ± its SE. Minus uniform, paired: "
            "autocompress's mean minus the uniform model's on the same documents, ± the SE of that paired "
-           "difference (`autocompress.accuracy.paired`).",
+           "difference (`autocompress.evaluate.benchmarks.paired`).",
            ""] + _quality_table(rows)
     out += ["", "## Where the capacity went", ""]
     for row in rows:

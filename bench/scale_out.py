@@ -117,7 +117,7 @@ def _forward(arch, rows: int, seq: int, device, profile) -> float:
 def stage_times(parent, student, s: Setup) -> list[tuple[str, str, float, str]]:
     """(stage, what runs, hours on the node, how it splits over the GPUs)."""
     from autocompress.catalog.hardware import HARDWARE
-    from autocompress.compress.refine import RefineConfig
+    from autocompress.search.refine import RefineConfig
     from autocompress.cost.profile import load_profile
 
     dev = HARDWARE[s.hardware]

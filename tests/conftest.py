@@ -25,7 +25,7 @@ def _no_outputs(folder: str, names: list[str]) -> set[str]:
 def pytest_configure(config):
     # the benchmark data installed in the user's cache (install-full.sh), for the slow tests that
     # need every document; every other test (builds included) reads the few-document fixture
-    from autocompress.accuracy.data import default_root
+    from autocompress.evaluate.benchmarks.data import default_root
 
     real = default_root()
     if (real / "COMPLETE").exists():

@@ -42,7 +42,7 @@ def verify(out: str, spec: str, threads, requests, console, passes: int = 1, qui
 
 def profile(args, console) -> int:
     from autocompress.cli.terminal import build_progress
-    from autocompress.measure.profile import ProfileRunError, run_profile
+    from autocompress.calibrate.profile import ProfileRunError, run_profile
 
     out = args.out  # None: this machine's profile in the cache (cpu), or <hardware>-<engine>-measured.json
     progress = build_progress(console, quiet=args.quiet)

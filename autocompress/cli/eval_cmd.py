@@ -27,8 +27,8 @@ def add_parser(sub) -> None:
 
 def cmd_eval(args) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from autocompress.accuracy.command import EvalInputError, run_eval
-    from autocompress.accuracy.data import EvalDataMissing
+    from autocompress.evaluate.benchmarks.command import EvalInputError, run_eval
+    from autocompress.evaluate.benchmarks.data import EvalDataMissing
     from autocompress.cache import atomic_write_text
     from rich.console import Console
 

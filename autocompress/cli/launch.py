@@ -45,8 +45,8 @@ def exit_code(failures: dict[int, int], first: int) -> int:
 def launch_build(args) -> int:
     """Pre-check the spec, its output folders and the verdict, then run ``args.nproc`` workers."""
     from autocompress.check import run_check
-    from autocompress.compress.pipeline import plan_outputs
-    from autocompress.compress.prepare import check_verdict
+    from autocompress.build.pipeline import plan_outputs
+    from autocompress.build.prepare import check_verdict
     from autocompress.diagnostics import BuildError
 
     plan_outputs(args.spec, args.baseline, args.force)  # SpecError at the output line: exit 2

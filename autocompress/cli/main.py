@@ -102,14 +102,14 @@ def _cmd_build(args) -> int:
     except ImportError:
         sys.stderr.write("acc build needs torch and transformers: install them with scripts/install-full.sh\n")
         return EXIT_INVALID
-    from autocompress.compress import dist
+    from autocompress.build import dist
 
     if args.nproc and dist.launched():
         sys.stderr.write("acc build: --nproc starts its own processes; under torchrun or srun leave it out\n")
         return EXIT_INVALID
     if args.nproc:
         from autocompress.cli.launch import launch_build
-        from autocompress.compress.pipeline import plan_outputs
+        from autocompress.build.pipeline import plan_outputs
 
         code = launch_build(args)
         if code != EXIT_OK or args.no_verify:
@@ -142,8 +142,8 @@ def _peer_lost(err: Exception) -> bool:
 
 def _build(args) -> int:
     from autocompress.cli.terminal import build_progress, print_stage_times
-    from autocompress.compress import dist
-    from autocompress.compress.pipeline import run_build
+    from autocompress.build import dist
+    from autocompress.build.pipeline import run_build
     from autocompress.diagnostics import BuildError
     from autocompress.progress import Progress
 

@@ -135,7 +135,7 @@ def gemm_shapes(arch: Architecture, tp: int = 1) -> int:
 
 def sub_block_gemm_shapes(sub, d: int, tp: int = 1) -> frozenset:
     """The weight shapes one mixer or FFN (``None``: removed) contributes to ``gemm_shapes`` at
-    hidden size ``d``; the search's cost tables count a state's shapes from these (``compress.tables``)."""
+    hidden size ``d``; the search's cost tables count a state's shapes from these (``search.tables``)."""
     shapes = set()
     if isinstance(sub, Attention):
         shapes.add(("qkv", (sub.q_heads + 2 * kv_heads_per_rank(sub.kv_heads, tp)) * sub.head_dim, d))

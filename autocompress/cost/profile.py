@@ -100,7 +100,7 @@ class Profile:
     path: str = ""
     machine: dict | None = None  # CPU profiles: the machine it was measured on (cost.machine)
     reference: dict | None = None  # the reference model measured at calibration (host-speed index)
-    margin_basis: dict | None = None  # how a calibration derived the memory margin (measure.margin)
+    margin_basis: dict | None = None  # how a calibration derived the memory margin (calibrate.margin)
 
     def eff(self, op_class: str) -> Efficiency:
         """Efficiencies for an op class (falls back to the overall pair)."""

@@ -3,7 +3,7 @@
 Every exported model folder holds ``autocompress-manifest.json``: who wrote it and from which
 spec (a path relative to the folder, never an absolute path of the machine). A folder is
 replaced only when it carries this mark; a folder without it is the user's, and nothing of
-autocompress ever deletes it (``replaceable``). ``compress.output`` decides, before a build
+autocompress ever deletes it (``replaceable``). ``build.output`` decides, before a build
 starts, which marked folders a build may replace.
 """
 

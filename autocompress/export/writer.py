@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autocompress.cache import atomic_dir, atomic_write_json
-from autocompress.compress.corpus import TOKENIZER_FILES as TOKENIZING_FILES
+from autocompress.data.corpus import TOKENIZER_FILES as TOKENIZING_FILES
 from autocompress.export.decilm import (check_decilm_servable, checked_tensors, decilm_config_from_architecture, llama_config_from_architecture)
 from autocompress.export.manifest import MANIFEST, manifest_dict, replaceable
 from autocompress.ir import Architecture

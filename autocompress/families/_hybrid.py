@@ -13,37 +13,37 @@ def _forward(params, cfg, input_ids, masks=None, tap=None, return_hidden=False, 
 
 
 def _importance(params, cfg, rows, batch, ablation_rows, progress):
-    from autocompress.compress.hybrid_importance import measure_importance
+    from autocompress.prune.hybrid_importance import measure_importance
 
     return measure_importance(params, cfg, rows, batch, ablation_rows, progress)
 
 
 def _permute(params, cfg, stats):
-    from autocompress.compress.hybrid_permute import permute
+    from autocompress.prune.hybrid_permute import permute
 
     return permute(params, cfg, stats)
 
 
 def _supernet(permuted, cfg, space, parent_arch=None):
-    from autocompress.compress.hybrid_supernet import HybridSupernet
+    from autocompress.search.hybrid_supernet import HybridSupernet
 
     return HybridSupernet(permuted, cfg, space, parent_arch)
 
 
 def _extract(permuted, cfg, arch):
-    from autocompress.compress.hybrid_extract import extract
+    from autocompress.prune.hybrid_extract import extract
 
     return extract(permuted, cfg, arch)
 
 
 def _student(arch, state, extras):
-    from autocompress.compress.hybrid_extract import student_model
+    from autocompress.prune.hybrid_extract import student_model
 
     return student_model(arch, state, extras)
 
 
 def _load_exported(folder):
-    from autocompress.compress.evaluate import load_exported
+    from autocompress.evaluate.heldout import load_exported
 
     return load_exported(folder)
 
@@ -58,10 +58,10 @@ def hybrid_family(name: str, load, config, export) -> BuildFamily:
     reader = load.__module__
     return BuildFamily(
         name, load, config, _forward, _importance, _permute, _supernet, _extract, _student, export, _load_exported,
-        {"importance": ("autocompress.compress.hybrid_importance", "autocompress.compress.hybrid_permute", reader),
-         "teacher": ("autocompress.compress.teacher", "autocompress.nn.hybrid", reader),
-         "search": ("autocompress.compress.search", "autocompress.compress.hybrid_supernet"),
-         "distill": ("autocompress.compress.distill", "autocompress.compress.hybrid_extract", reader)})
+        {"importance": ("autocompress.prune.hybrid_importance", "autocompress.prune.hybrid_permute", reader),
+         "teacher": ("autocompress.data.teacher", "autocompress.nn.hybrid", reader),
+         "search": ("autocompress.search.strategy", "autocompress.search.hybrid_supernet"),
+         "distill": ("autocompress.train.distill", "autocompress.prune.hybrid_extract", reader)})
 
 
 def config_of(folder, hybrid_config):

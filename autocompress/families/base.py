@@ -1,7 +1,7 @@
 """The per-family seam of ``acc build``: what a family supplies, as one frozen record of functions.
 
-``acc build`` (``compress.prepare``, ``compress.pipeline``, ``compress.search``,
-``compress.evaluate``) calls a parent's family only through a ``BuildFamily``; no stage asks
+``acc build`` (``build.prepare``, ``build.pipeline``, ``search.strategy``,
+``evaluate.heldout``) calls a parent's family only through a ``BuildFamily``; no stage asks
 which family it runs. ``registry.BUILD_FAMILIES`` names the module of each family, and that
 module defines ``FAMILY``. The functions (all fp32, CPU or any torch device):
 

@@ -91,7 +91,7 @@ def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=No
     """Write the student as stock Gemma 3 or heterogeneous Gemma 3 (module docstring), atomically."""
     from transformers import Gemma3TextConfig
 
-    from autocompress.compress.hybrid_extract import canonical_state
+    from autocompress.prune.hybrid_extract import canonical_state
     from autocompress.export.writer import write_checkpoint
     from autocompress.modeling import register as modeling
 
@@ -141,7 +141,7 @@ def config(folder) -> HybridConfig:
 def _family():
     from autocompress.families._hybrid import hybrid_family
 
-    # its exports load through compress.evaluate.load_exported, like every family's
+    # its exports load through evaluate.heldout.load_exported, like every family's
     return hybrid_family("gemma3", load, config, export)
 
 

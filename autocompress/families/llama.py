@@ -1,8 +1,8 @@
 """The Llama build family (Llama, SmolLM2, Mistral, DeciLM parents): the modules ``acc build`` ran
 before the per-family seam, unchanged, behind ``BuildFamily``.
 
-Forward ``nn.llama``, importance ``compress.importance``, permutation ``compress.permute``,
-supernet ``compress.supernet``, extraction ``compress.extract``, export ``export.writer``
+Forward ``nn.llama``, importance ``prune.importance``, permutation ``prune.permute``,
+supernet ``search.supernet``, extraction ``prune.extract``, export ``export.writer``
 (Llama when homogeneous, DeciLM otherwise).
 """
 
@@ -34,31 +34,31 @@ def _forward(params, cfg, input_ids, masks=None, tap=None, return_hidden=False, 
 
 
 def _importance(params, cfg, rows, batch, ablation_rows, progress):
-    from autocompress.compress.importance import measure_importance
+    from autocompress.prune.importance import measure_importance
 
     return measure_importance(params, cfg, rows, batch, ablation_rows, progress)
 
 
 def _permute(params, cfg, stats):
-    from autocompress.compress.permute import permute
+    from autocompress.prune.permute import permute
 
     return permute(params, cfg, stats)
 
 
 def _supernet(permuted, cfg, space, parent_arch=None):
-    from autocompress.compress.supernet import Supernet
+    from autocompress.search.supernet import Supernet
 
     return Supernet(permuted, cfg, space)
 
 
 def _extract(permuted, cfg, arch):
-    from autocompress.compress.extract import extract
+    from autocompress.prune.extract import extract
 
     return extract(permuted, cfg, arch)
 
 
 def _student(arch, state, extras):
-    from autocompress.compress.extract import student_model
+    from autocompress.prune.extract import student_model
 
     return student_model(arch, state, extras)
 
@@ -72,7 +72,7 @@ def _export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=N
 
 
 def _load_exported(folder):
-    from autocompress.compress.evaluate import load_exported
+    from autocompress.evaluate.heldout import load_exported
 
     return load_exported(folder)
 
@@ -81,8 +81,8 @@ FAMILY = BuildFamily(
     "llama", _load, _config, _forward, _importance, _permute, _supernet, _extract, _student, _export, _load_exported,
     # importance and teacher name the loader too (``nn.llama.load_llama``; already in their import
     # closure, so the digests are the ones they were)
-    {"importance": ("autocompress.compress.importance", "autocompress.compress.permute", "autocompress.nn.llama"),
-     "teacher": ("autocompress.compress.teacher", "autocompress.nn.llama"),
-     "search": ("autocompress.compress.search", "autocompress.compress.supernet"),
-     "distill": ("autocompress.compress.distill", "autocompress.compress.extract")},
+    {"importance": ("autocompress.prune.importance", "autocompress.prune.permute", "autocompress.nn.llama"),
+     "teacher": ("autocompress.data.teacher", "autocompress.nn.llama"),
+     "search": ("autocompress.search.strategy", "autocompress.search.supernet"),
+     "distill": ("autocompress.train.distill", "autocompress.prune.extract")},
 )

@@ -63,7 +63,7 @@ def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=No
     """Write the student in the parent's own format (per-expert tensors), atomically."""
     from transformers import AutoConfig
 
-    from autocompress.compress.hybrid_extract import canonical_state
+    from autocompress.prune.hybrid_extract import canonical_state
     from autocompress.export.writer import write_checkpoint
 
     parent: HybridConfig = extras["cfg"]

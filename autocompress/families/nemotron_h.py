@@ -79,7 +79,7 @@ def puzzle_config(cfg: HybridConfig, arch: Architecture) -> tuple[dict, bool]:
 
 def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=None, strategy=None) -> str:
     """Write the student as NemotronH or NemotronH-Puzzle (module docstring), atomically."""
-    from autocompress.compress.hybrid_extract import canonical_state
+    from autocompress.prune.hybrid_extract import canonical_state
     from autocompress.export.writer import write_checkpoint
     from autocompress.modeling import register as modeling
 

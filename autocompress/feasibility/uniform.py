@@ -106,7 +106,7 @@ def uniform_frontier(relaxes: dict[int, Relaxation], profile, device, limits=Non
     """The uniform candidates worth measuring: for every (hidden, depth, KV heads, experts) the
     widest FFN the exact cost model accepts (a narrower one at the same cell only loses quality),
     best prior first, as (architecture, evaluation, importance, hidden). Minitron's candidate
-    set: the grid's frontier, judged afterwards by measured quality (``compress.baseline``)."""
+    set: the grid's frontier, judged afterwards by measured quality (``search.baseline``)."""
     out, seen, archs, tried = [], set(), set(), 0
     for score, d, cell, x in _grid_candidates(relaxes):
         group = (d, cell[0], cell[1], cell[3])

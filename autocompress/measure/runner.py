@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autocompress.ir import Architecture
-from autocompress.measure.synth import arch_key, synthetic_folder
+from autocompress.calibrate.synth import arch_key, synthetic_folder
 from autocompress.measure.worker import peak_memory
 
 

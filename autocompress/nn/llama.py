@@ -12,7 +12,7 @@ Covered: Llama / SmolLM2 (default RoPE), Mistral (optional sliding window) and D
 (per-layer KV heads and FFN widths, removed halves). Not covered (``from_hf`` refuses them): RoPE
 scaling, attention / MLP biases, MoE and Mamba mixers.
 
-Masks (the supernet's semantics; ``autocompress.compress.supernet`` builds them from choice probabilities):
+Masks (the supernet's semantics; ``autocompress.search.supernet`` builds them from choice probabilities):
 
 * ``hidden`` (d,) multiplies the residual stream after the embedding and every sub-block output, and
   RMSNorm divides the sum of squares by ``hidden_count`` instead of d. With a 0/1 prefix mask of d'

@@ -69,7 +69,7 @@ def derive(spec, parent: Architecture, base_dir: str = ".") -> Derived:
 
 
 def margin_row(profile) -> tuple[str, str, str]:
-    """The memory safety margin the exact model adds, and where it comes from (measure.margin)."""
+    """The memory safety margin the exact model adds, and where it comes from (calibrate.margin)."""
     m, b = profile.memory, profile.margin_basis
     value = f"{m.margin_fraction:.1%} of non-KV memory + {m.margin_bytes / 2**20:.0f} MiB"
     if not b:

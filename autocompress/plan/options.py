@@ -1,7 +1,7 @@
 """The per-layer options of the search space: one source for every stage that indexes them.
 
 The relaxation's variable bounds (``feasibility.metrics``), the search's cost tables
-(``compress.tables``), the router's masks, the refinement's moves and the supernet's masked
+(``search.tables``), the router's masks, the refinement's moves and the supernet's masked
 forward all read option ``c`` of layer ``l`` from here, so an option index decodes to the same
 sub-block everywhere. Index 0 is "removed"; the last option is the parent's own size.
 

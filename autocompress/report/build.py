@@ -73,8 +73,8 @@ def _write_cards(out: Path, report: dict, check_report: dict, parent, spec_path)
 
 
 def shortlist_markdown(sl: dict | None, how_search: str | None = None, whose: str = "") -> list[str]:
-    """The finalists' table (``compress.shortlist``): KL before and after a short distillation, and
-    after the runoff's longer one for its two entrants (``compress.runoff``)."""
+    """The finalists' table (``build.shortlist``): KL before and after a short distillation, and
+    after the runoff's longer one for its two entrants (``build.runoff``)."""
     if not sl:
         return []
     ro = sl.get("runoff")
@@ -99,7 +99,7 @@ def shortlist_markdown(sl: dict | None, how_search: str | None = None, whose: st
 
 def frontier_note(f: dict | None) -> str:
     """The default's uniform frontier in the candidates' heading: its own forwards and time, beside
-    the greedy's (``compress.uniform_choice.frontier_candidates``)."""
+    the greedy's (``search.uniform.frontier_candidates``)."""
     if not f:
         return ""
     return (f"; then the uniform grid's frontier, measured as the uniform arm measures it: {f['forwards']} of its "

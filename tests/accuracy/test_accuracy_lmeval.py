@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autocompress.accuracy.scorer import Encoder, loglikelihoods, max_length, score
+from autocompress.evaluate.benchmarks.scorer import Encoder, loglikelihoods, max_length, score
 
 REF = Path(__file__).resolve().parent.parent / "fixtures" / "lmeval_smollm2_first10.json"
 
@@ -19,13 +19,13 @@ REF = Path(__file__).resolve().parent.parent / "fixtures" / "lmeval_smollm2_firs
 def test_log_likelihoods_and_scores_equal_lm_evals(monkeypatch):
     real = os.environ.get("ACC_TEST_REAL_EVAL_DATA")
     if not real:
-        pytest.skip("benchmark data not installed (python -m autocompress.accuracy.data install)")
+        pytest.skip("benchmark data not installed (python -m autocompress.evaluate.benchmarks.data install)")
     monkeypatch.setenv("ACC_EVAL_DATA", real)
     from transformers import AutoTokenizer
 
-    from autocompress.accuracy import data
-    from autocompress.accuracy.tasks import TASKS
-    from autocompress.compress.evaluate import load_exported
+    from autocompress.evaluate.benchmarks import data
+    from autocompress.evaluate.benchmarks.tasks import TASKS
+    from autocompress.evaluate.heldout import load_exported
     from autocompress.export.gguf_convert import convert_alias
 
     folder = convert_alias("smollm2-135m")

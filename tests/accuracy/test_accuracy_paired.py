@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from autocompress.accuracy.paired import paired_difference, per_doc_path
+from autocompress.evaluate.benchmarks.paired import paired_difference, per_doc_path
 
 
 def _rows(task, scores, metric="acc"):
@@ -45,7 +45,7 @@ def test_the_documents_are_found_by_the_stage_result_they_belong_to(tmp_path):
 
 
 def test_repeats_are_pooled_document_by_document_before_the_error_is_taken():
-    from autocompress.accuracy.paired import pooled_difference
+    from autocompress.evaluate.benchmarks.paired import pooled_difference
 
     a1, b1 = _rows("arc_easy", [1, 1, 0, 0]), _rows("arc_easy", [0, 1, 0, 1])  # diffs 1, 0, 0, -1
     a2, b2 = _rows("arc_easy", [1, 0, 1, 0]), _rows("arc_easy", [0, 0, 0, 0])  # diffs 1, 0, 1, 0

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from _acckit import hetero_decilm, llama_folder
-from autocompress.accuracy.scorer import Encoder, loglikelihoods, mean_stderr, score
+from autocompress.evaluate.benchmarks.scorer import Encoder, loglikelihoods, mean_stderr, score
 
 
 class CharTok:

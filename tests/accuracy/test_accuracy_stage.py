@@ -6,7 +6,7 @@ import json
 import pytest
 
 from _acckit import llama_folder
-from autocompress.accuracy.stage import retained, run_accuracy, summary
+from autocompress.evaluate.benchmarks.stage import retained, run_accuracy, summary
 
 
 class Killed(Exception):

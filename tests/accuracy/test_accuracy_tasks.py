@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autocompress.accuracy import data
-from autocompress.accuracy.stage import sample
-from autocompress.accuracy.tasks import TASKS, sizes
+from autocompress.evaluate.benchmarks import data
+from autocompress.evaluate.benchmarks.stage import sample
+from autocompress.evaluate.benchmarks.tasks import TASKS, sizes
 
 GOLDEN = Path(__file__).parent / "golden" / "requests.json"
 
@@ -56,7 +56,7 @@ def test_subsamples_are_seeded_nested_and_sorted():
 
 def test_missing_data_names_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setenv("ACC_EVAL_DATA", str(tmp_path))
-    with pytest.raises(data.EvalDataMissing, match="-m autocompress.accuracy.data install"):
+    with pytest.raises(data.EvalDataMissing, match="-m autocompress.evaluate.benchmarks.data install"):
         data.data_root()
 
 
@@ -82,7 +82,7 @@ def test_rows_are_cached_per_data_root(tmp_path, monkeypatch):
     lm-eval test switches to the real data mid-session; the fixture tests after it read the fixture)."""
     import pytest
 
-    from autocompress.accuracy import data
+    from autocompress.evaluate.benchmarks import data
 
     rows = data.arrow("piqa/plain_text/validation")
     assert rows

@@ -2,7 +2,7 @@
 
 The subprocess tests run a temporary copy of the package (``PYTHONPATH``), edit one module in it,
 and show which cached results are served again and which are recomputed: ``acc check``'s report
-and a build stage (``stages.run_stage`` keyed by ``stage_key``, as ``compress.pipeline`` keys
+and a build stage (``stages.run_stage`` keyed by ``stage_key``, as ``build.pipeline`` keys
 every stage).
 """
 
@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_closure_follows_imports_strings_and_packages():
-    mods = cache.code_modules("autocompress.compress.distill")
-    assert {"autocompress.compress.distill", "autocompress.compress.teacher", "autocompress.cache",
-            "autocompress.progress", "autocompress.compress", "autocompress"} <= set(mods)
+    mods = cache.code_modules("autocompress.train.distill")
+    assert {"autocompress.train.distill", "autocompress.data.teacher", "autocompress.cache",
+            "autocompress.progress", "autocompress.train", "autocompress"} <= set(mods)
     assert "autocompress.report.build" not in mods and "autocompress.lang.parser" not in mods
     # adapters are named in a string table; the worker runs them in a subprocess
     worker = cache.code_modules("autocompress.measure.worker")
@@ -81,14 +81,14 @@ print(json.dumps({{"cached": r.cached, "verdict": r.report["verdict"]}}))
 STAGE = """
 import json, autocompress
 from pathlib import Path
-from autocompress.compress.stages import run_stage, stage_key
+from autocompress.build.stages import run_stage, stage_key
 assert autocompress.__file__.startswith({root!r})
 ran = []
 def fn(tmp, partial):
     ran.append(1)
     (tmp / "out.txt").write_text("x")
     return {{}}
-key = stage_key("distill", ("autocompress.compress.distill",), "upstream")
+key = stage_key("distill", ("autocompress.train.distill",), "upstream")
 run_stage(Path({work!r}), "distill", key, fn, log=lambda m: None)
 print(json.dumps({{"ran": bool(ran), "key": key}}))
 """
@@ -106,7 +106,7 @@ def test_acc_check_reruns_when_a_module_it_runs_changes(tmp_path):
     code = CHECK.format(root=str(root), spec=str(spec))
     assert _run(root, code, env) == {"cached": False, "verdict": "feasible"}
     assert _run(root, code, env)["cached"] is True  # unchanged tree: a hit
-    _edit(root, "autocompress.compress.distill")  # not on the check path
+    _edit(root, "autocompress.train.distill")  # not on the check path
     assert _run(root, code, env)["cached"] is True
     _edit(root, "autocompress.feasibility.uniform")  # on the check path
     assert _run(root, code, env)["cached"] is False
@@ -122,7 +122,7 @@ def test_a_build_stage_reruns_when_its_code_changes(tmp_path):
     assert _run(root, code, {}) == {"ran": False, "key": first["key"]}  # unchanged tree: cached
     _edit(root, "autocompress.report.build")  # the distill stage does not run it
     assert _run(root, code, {}) == {"ran": False, "key": first["key"]}
-    _edit(root, "autocompress.compress.teacher")  # imported by distill
+    _edit(root, "autocompress.data.teacher")  # imported by distill
     edited = _run(root, code, {})
     assert edited["ran"] is True and edited["key"] != first["key"]
     assert sorted(p.name for p in work.iterdir() if not p.name.endswith(".partial")) == sorted(
@@ -134,8 +134,8 @@ def test_search_configs_are_part_of_the_search_key(which, monkeypatch):
     """A changed default of any search config changes the search stage's key."""
     import dataclasses
 
-    from autocompress.compress import search
-    from autocompress.compress.settings import derive_build
+    from autocompress.search import strategy as search
+    from autocompress.build.settings import derive_build
     from autocompress.lang.api import load_spec
 
     settings = derive_build(load_spec(os.environ["ACC_TEST_EXAMPLES"] + "/cpu-vllm.acspec"))

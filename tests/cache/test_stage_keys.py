@@ -19,8 +19,8 @@ from autocompress.families.base import family_of
 
 REPO = Path(__file__).resolve().parents[2]
 FAMILIES = {"llama": "llama", "gemma3": "gemma3_text"}  # build family -> the IR family that selects it
-UNRELATED = ["compress/search.py", "compress/refine.py", "compress/baseline.py", "compress/joint_search.py",
-             "compress/router_v2.py", "families/gemma3.py", "families/_hybrid.py", "report/build.py",
+UNRELATED = ["search/strategy.py", "search/refine.py", "search/baseline.py", "search/joint.py",
+             "search/router_v2.py", "families/gemma3.py", "families/_hybrid.py", "report/build.py",
              "feasibility/[a-np-z]*.py", "feasibility/_[a-z]*.py"]  # all of feasibility/ but objective (below), __init__
 
 
@@ -68,17 +68,17 @@ def test_importance_and_teacher_keys_ignore_other_stages(tree, pattern):
 
 
 @pytest.mark.parametrize("pattern,changed", [
-    ("compress/hybrid_importance.py", {("gemma3", "importance")}),
-    ("compress/hybrid_permute.py", {("gemma3", "importance")}),
+    ("prune/hybrid_importance.py", {("gemma3", "importance")}),
+    ("prune/hybrid_permute.py", {("gemma3", "importance")}),
     ("nn/gemma3.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
     ("nn/hybrid.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
     ("families/gemma3_load.py", {("gemma3", "importance"), ("gemma3", "teacher")}),  # the parent loader
     ("families/_checkpoint.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
     ("parents/hf_config.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),
-    ("compress/importance.py", {("llama", "importance"), ("gemma3", "importance")}),  # hybrid_importance uses it
-    ("compress/permute.py", {("llama", "importance"), ("gemma3", "importance")}),
+    ("prune/importance.py", {("llama", "importance"), ("gemma3", "importance")}),  # hybrid_importance uses it
+    ("prune/permute.py", {("llama", "importance"), ("gemma3", "importance")}),
     ("nn/llama.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),  # llama's loader, RoPE, norms
-    ("compress/teacher.py", {("llama", "teacher"), ("gemma3", "teacher")}),
+    ("data/teacher.py", {("llama", "teacher"), ("gemma3", "teacher")}),
     # the importance file's layout (``SEGMENTS``), which the stage writes and the search reads
     ("feasibility/objective.py", {("llama", "importance"), ("gemma3", "importance")}),
 ])
@@ -99,6 +99,6 @@ def test_every_family_keys_its_parent_loader_and_not_its_family_module(arch):
     for stage in ("importance", "teacher"):
         mods = cache.code_modules(*family.code[stage])
         assert loader in mods
-        assert not {"autocompress.compress.search", "autocompress.compress.refine", "autocompress.compress.baseline",
+        assert not {"autocompress.search.strategy", "autocompress.search.refine", "autocompress.search.baseline",
                     "autocompress.feasibility.assess", "autocompress.export.writer",
                     f"autocompress.families.{family.name.replace('-', '_')}"} & set(mods), stage

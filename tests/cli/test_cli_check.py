@@ -134,14 +134,14 @@ def test_exit_3_for_internal_error(capsys, cache_dir, monkeypatch):
 def test_a_measurement_that_fails_is_exit_6_with_its_reason_not_an_internal_error(capsys, cache_dir, monkeypatch):
     """An engine worker that times out (or crashes) on a busy host is not a bug in autocompress."""
     pytest.importorskip("torch")
-    import autocompress.compress.pipeline
+    import autocompress.build.pipeline
     from autocompress.measure.runner import MeasureError
 
     def timeout(*a, **k):
         raise MeasureError("parent: the vllm worker ran past 900 s")
 
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # set already: the build leaves the environment alone
-    monkeypatch.setattr(autocompress.compress.pipeline, "run_build", timeout)
+    monkeypatch.setattr(autocompress.build.pipeline, "run_build", timeout)
     code, _, err = _run(capsys, "build", str(FEASIBLE))
     assert code == 6, err
     assert "measurement failed: parent: the vllm worker ran past 900 s" in err and "rerun the same command" in err
@@ -152,13 +152,13 @@ def test_no_architecture_found_in_a_build_is_exit_4(capsys, cache_dir, monkeypat
     """The search finding nothing (infeasibility not proved) is the documented exit 4 with its
     reason, not an internal error (the uniform arm on the Gemma host build said so as exit 3)."""
     pytest.importorskip("torch")
-    import autocompress.compress.pipeline
-    from autocompress.compress.search import NoArchitecture
+    import autocompress.build.pipeline
+    from autocompress.search.strategy import NoArchitecture
 
     def none_found(*a, **k):
         raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model")
 
-    monkeypatch.setattr(autocompress.compress.pipeline, "run_build", none_found)
+    monkeypatch.setattr(autocompress.build.pipeline, "run_build", none_found)
     code, _, err = _run(capsys, "build", str(FEASIBLE))
     assert code == 4, err
     assert "no uniform (identical-layer) architecture of the grid passes" in err

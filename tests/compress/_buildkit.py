@@ -67,9 +67,9 @@ def weights_hash(folder: Path) -> str:
 
 def shortlist_choice(sl: dict) -> int:
     """The finalist a shortlist must build, recomputed from its table: the least KL after the short
-    distillation, unless a runner-up within the default 2% went to a runoff (``compress.runoff``),
+    distillation, unless a runner-up within the default 2% went to a runoff (``build.runoff``),
     whose least KL after the longer distillation wins. Asserts the runoff ran exactly when due."""
-    from autocompress.compress import runoff
+    from autocompress.build import runoff
 
     rows = sl["finalists"]
     first = min(range(len(rows)), key=lambda j: (rows[j]["kl_after"], j))

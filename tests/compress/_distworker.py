@@ -1,6 +1,6 @@
 """One rank of the 2-rank gloo tests (``torchrun --nproc-per-node N _distworker.py OUT MODE CKPT``).
 
-Runs every data-parallel piece of ``acc build`` on tiny models under ``compress.dist`` and writes
+Runs every data-parallel piece of ``acc build`` on tiny models under ``build.dist`` and writes
 what the tests compare with one process: ``OUT/result.json`` and ``OUT/student*.safetensors``
 (rank 0). MODE ``fresh``: collectives, importance, removal KL, teacher top-k cache, a full
 distillation, and one stopped after 3 steps (checkpoints in CKPT); ``resume``: that distillation
@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 
-from autocompress.compress import dist  # noqa: E402
+from autocompress.build import dist  # noqa: E402
 
 STEPS, STOP = 6, 3
 
@@ -32,7 +32,7 @@ def setup():
 
     import _distillkit as kit
 
-    from autocompress.compress.distill import DistillConfig
+    from autocompress.train.distill import DistillConfig
 
     teacher = kit.tiny_llama(0)
     student = copy.deepcopy(teacher)
@@ -49,7 +49,7 @@ def hidden_setup():
     """A live teacher (its hidden states are matched, so it runs with the student), the student, the pairs."""
     import _distillkit as kit
 
-    from autocompress.compress.distill import HiddenPairs
+    from autocompress.train.distill import HiddenPairs
 
     live = kit.tiny_llama(0)
     _, student, _, _ = setup()
@@ -87,9 +87,9 @@ def folder_hash(folder: Path) -> str:
 def main(out: Path, mode: str, ckpt: Path) -> None:
     from safetensors.torch import save_file
 
-    from autocompress.compress.distill_dist import distill_sharded
-    from autocompress.compress.importance import ablation_influence, collect_importance
-    from autocompress.compress.teacher import cache_teacher
+    from autocompress.train.distill_dist import distill_sharded
+    from autocompress.prune.importance import ablation_influence, collect_importance
+    from autocompress.data.teacher import cache_teacher
 
     dist.init()
     res: dict = {"world": dist.world(), "backend": dist.backend(), "device": str(dist.device())}

@@ -3,7 +3,7 @@ from autocompress.cost.profile import load_profile
 from autocompress.plan.derive import engine_limits
 from autocompress.feasibility.objective import prior_importance
 from autocompress.feasibility.metrics import Relaxation
-from autocompress.compress.tables import cost_tables
+from autocompress.search.tables import cost_tables
 from autocompress.ir import MLP, Architecture, Attention, Block
 from autocompress.plan.space import derive_space
 from autocompress.lang.model import Bound, ParentRef, Spec, Target, Workload

@@ -1,10 +1,10 @@
-"""The uniform arm's measured choice (``compress.baseline``) with a synthetic KL: the lowest KL
+"""The uniform arm's measured choice (``search.baseline``) with a synthetic KL: the lowest KL
 wins, not the prior's top; the token budget caps what is measured; every measured candidate is
 listed; candidates the supernet cannot express are skipped."""
 
 import pytest
 
-from autocompress.compress.baseline import SELECT_ROWS, budget_of, measured_uniform
+from autocompress.search.baseline import SELECT_ROWS, budget_of, measured_uniform
 from autocompress.ir import MLP, Architecture, Attention, Block
 
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 def test_uniform_baseline_is_a_measured_choice_listed_in_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "cache"))
     spec = make_project(tmp_path)
-    from autocompress.compress.pipeline import run_build
+    from autocompress.build.pipeline import run_build
 
     logs: list[str] = []
     result = run_build(str(spec), progress=logs.append, baseline="uniform")

@@ -60,7 +60,7 @@ def built(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:  # this module's own cache, restored after it
         mp.setenv("ACC_CACHE_DIR", str(root / "cache"))
         spec = make_project(root)
-        from autocompress.compress.pipeline import run_build
+        from autocompress.build.pipeline import run_build
         from autocompress.progress import Progress
 
         logs: list[str] = []
@@ -128,7 +128,7 @@ def test_export_loads_after_import_and_matches_in_memory_student(built):
     root, spec, result, _ = built
     from transformers import AutoModelForCausalLM
 
-    from autocompress.compress.extract import student_model
+    from autocompress.prune.extract import student_model
     from autocompress.ir import arch_from_dict
     from autocompress.modeling.register import register
     from safetensors.torch import load_file
@@ -160,7 +160,7 @@ def test_export_loads_after_import_and_matches_in_memory_student(built):
 
 def test_rerun_is_cached_and_identical(built):
     root, spec, result, _ = built
-    from autocompress.compress.pipeline import run_build
+    from autocompress.build.pipeline import run_build
 
     before = weights_hash(result.output)
     logs: list[str] = []
@@ -257,8 +257,10 @@ def test_a_near_tie_goes_to_a_runoff_whose_winner_is_built(built, tmp_path, monk
     import dataclasses
     import shutil
 
-    from autocompress.compress import prepare, settings
-    from autocompress.compress.pipeline import run_build
+    from autocompress.build import prepare
+
+    from autocompress.build import settings
+    from autocompress.build.pipeline import run_build
 
     root = built[0]
     shutil.copytree(root, tmp_path / "copy", symlinks=True)

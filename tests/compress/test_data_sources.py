@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from autocompress.compress import corpus as data
-from autocompress.compress.corpus import DataError, Document, is_heldout, load_corpus
+from autocompress.data import corpus as data
+from autocompress.data.corpus import DataError, Document, is_heldout, load_corpus
 
 
 def test_text_jsonl_and_glob(tmp_path):

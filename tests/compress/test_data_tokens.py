@@ -9,9 +9,9 @@ pytest.importorskip("transformers")
 
 import _distillkit as kit  # noqa: E402
 
-from autocompress.compress import tokens as data
-from autocompress.compress.corpus import Corpus, Document
-from autocompress.compress.tokens import token_dataset, token_stream
+from autocompress.data import tokens as data
+from autocompress.data.corpus import Corpus, Document
+from autocompress.data.tokens import token_dataset, token_stream
 
 
 @pytest.fixture(scope="module")

@@ -55,9 +55,9 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     """The same work in this process, without a launcher."""
-    from autocompress.compress.distill import distill
-    from autocompress.compress.importance import ablation_influence, collect_importance
-    from autocompress.compress.teacher import cache_teacher
+    from autocompress.train.distill import distill
+    from autocompress.prune.importance import ablation_influence, collect_importance
+    from autocompress.data.teacher import cache_teacher
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each rank: bit-identity holds at equal threads per process

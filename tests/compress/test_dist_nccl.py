@@ -1,6 +1,6 @@
 """The NCCL path (GPUs), one rank: the same code as gloo, untested until a machine with a GPU runs this.
 
-With CUDA present ``compress.dist`` initialises ``cpu:gloo,cuda:nccl`` and the distillation runs on
+With CUDA present ``build.dist`` initialises ``cpu:gloo,cuda:nccl`` and the distillation runs on
 ``cuda:LOCAL_RANK`` (the shared stages stay on the CPU, over gloo). One rank, because NCCL needs one
 GPU per rank; the 2-rank test stays on gloo (test_dist_gloo.py). On a GPU machine:
 
@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.integration,
 
 
 def test_one_nccl_rank_follows_the_cpu_recipe(tmp_path):
-    from autocompress.compress.distill import distill
-    from autocompress.compress.teacher import cache_teacher
+    from autocompress.train.distill import distill
+    from autocompress.data.teacher import cache_teacher
 
     env = {**os.environ, "PYTHONPATH": str(Path(worker.__file__).parent)}
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",

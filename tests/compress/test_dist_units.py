@@ -1,4 +1,4 @@
-"""compress.dist and the --nproc launcher without a process group: work split, Slurm mapping,
+"""build.dist and the --nproc launcher without a process group: work split, Slurm mapping,
 exit codes, and the single-process identities the stages rely on."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from autocompress.cli.launch import exit_code, worker_argv
-from autocompress.compress import dist
+from autocompress.build import dist
 
 
 @pytest.mark.parametrize("n,ws", [(0, 2), (1, 2), (7, 2), (8, 3), (5, 8), (16, 1)])

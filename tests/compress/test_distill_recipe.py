@@ -11,8 +11,8 @@ pytest.importorskip("safetensors")
 
 import _distillkit as kit  # noqa: E402
 
-from autocompress.compress.distill import DistillConfig, HiddenPairs, batch_rows, distill, lr_at
-from autocompress.compress.teacher import cache_teacher
+from autocompress.train.distill import DistillConfig, HiddenPairs, batch_rows, distill, lr_at
+from autocompress.data.teacher import cache_teacher
 
 
 @pytest.fixture(scope="module")

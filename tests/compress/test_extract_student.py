@@ -11,13 +11,13 @@ import _tinykit as kit  # noqa: E402
 
 from autocompress.export.decilm import decilm_config_from_architecture, expected_shapes
 from autocompress.export.writer import export_decilm
-from autocompress.compress.extract import extract
-from autocompress.compress.importance import collect_importance
+from autocompress.prune.extract import extract
+from autocompress.prune.importance import collect_importance
 from autocompress.ir import MLP, Block
 from autocompress.nn.llama import LlamaConfig
 from autocompress.plan.space import DEFAULT_AXES, SearchSpace
-from autocompress.compress.supernet import Supernet
-from autocompress.compress.permute import permute
+from autocompress.search.supernet import Supernet
+from autocompress.prune.permute import permute
 
 SPACE = SearchSpace((64, 48, 32), 32, (1, 2), (), DEFAULT_AXES, True, 0.25, ())
 # 4 layers: kv 1 / removed / 2 / 1; FFN 64 / 128 / removed / 96; hidden 48

@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 import _tinykit as kit  # noqa: E402
 
 from autocompress.feasibility.objective import SEGMENTS, load_importance
-from autocompress.compress.importance import ablation_influence, collect_importance, cumulative_curve
+from autocompress.prune.importance import ablation_influence, collect_importance, cumulative_curve
 from autocompress.nn.llama import LlamaConfig
 
 LAYERS = 3

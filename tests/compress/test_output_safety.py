@@ -1,6 +1,6 @@
 """No user file is ever lost: which folders ``acc build`` and the exporter may replace.
 
-``compress.output.plan_output`` runs before any work; the exporter (``export.writer``) refuses on
+``build.output.plan_output`` runs before any work; the exporter (``export.writer``) refuses on
 its own too, so a library caller cannot delete a user's folder either. Each refusal names the
 ``output`` line of the spec (exit 2).
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autocompress.compress.output import plan_output
+from autocompress.build.output import plan_output
 from autocompress.diagnostics import SpecError
 from autocompress.export.manifest import MANIFEST, manifest_dict, replaceable
 from autocompress.lang.api import load_spec

@@ -1,4 +1,4 @@
-"""Width palettes (``compress.palette``): the search pays for the distinct GEMM shapes it creates.
+"""Width palettes (``search.palette``): the search pays for the distinct GEMM shapes it creates.
 
 Synthetic tables: 8 FFN-only layers under a memory bound, each width option a memory cost, and a
 profile charge per distinct shape. The free greedy spreads its widths (the KL of narrowing differs
@@ -12,9 +12,9 @@ import random
 import numpy as np
 import pytest
 
-from autocompress.compress.palette import kmeans_1d, make_palette, palette_start
-from autocompress.compress.refine import RefineConfig, Scored, choose, costs, greedy, of_states, refine, violation
-from autocompress.compress.tables import CostTables
+from autocompress.search.palette import kmeans_1d, make_palette, palette_start
+from autocompress.search.refine import RefineConfig, Scored, choose, costs, greedy, of_states, refine, violation
+from autocompress.search.tables import CostTables
 from autocompress.plan.options import LayerOptions as Options
 
 L, D = 8, 256

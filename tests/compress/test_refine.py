@@ -1,4 +1,4 @@
-"""Measured refinement (``autocompress.compress.refine``) on synthetic cost tables and a synthetic KL.
+"""Measured refinement (``autocompress.search.refine``) on synthetic cost tables and a synthetic KL.
 
 The KL here is not additive: removing two neighbouring attention blocks costs far more than the
 two single removals. The additive objective the cvxpy start and the router use would pick that
@@ -7,9 +7,9 @@ pair; the measured greedy, which re-measures after each removal, must not.
 
 import numpy as np
 
-from autocompress.compress.tables import CostTables
+from autocompress.search.tables import CostTables
 from autocompress.plan.options import LayerOptions as Options
-from autocompress.compress.refine import RefineConfig, costs, greedy, of_states, refine, violation
+from autocompress.search.refine import RefineConfig, costs, greedy, of_states, refine, violation
 
 L = 6
 SINGLE = [9.0, 0.1, 0.1, 0.3, 0.35, 0.4]  # KL of removing layer l's attention alone
@@ -90,7 +90,7 @@ def test_lazy_rounds_measure_new_moves_and_re_measure_only_until_the_best_is_fre
 
 
 def test_round_estimate_follows_the_observed_share():
-    from autocompress.compress.refine import rounds_left
+    from autocompress.search.refine import rounds_left
 
     cfg = RefineConfig()
     assert rounds_left(0.0, cfg) == cfg.fill_rounds

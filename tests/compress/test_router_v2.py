@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autocompress.compress.refine import costs, full_state  # noqa: E402
-from autocompress.compress.router import Router  # noqa: E402
-from autocompress.compress.router_v2 import RouterV2Config, budget_decode, temperature, train_router_v2  # noqa: E402
+from autocompress.search.refine import costs, full_state  # noqa: E402
+from autocompress.search.router import Router  # noqa: E402
+from autocompress.search.router_v2 import RouterV2Config, budget_decode, temperature, train_router_v2  # noqa: E402
 
 from _searchkit import setup_tables  # noqa: E402
 
@@ -115,7 +115,7 @@ def test_budget_decode_fits_the_tables_by_the_routers_preference():
 
 
 def test_budget_decode_spends_the_slack_by_the_routers_preference():
-    from autocompress.compress.refine import up_moves, apply
+    from autocompress.search.refine import up_moves, apply
 
     tables, _ = setup_tables(6.0e-4)  # the parent is over the TPOT bound; P0 is well under it
     assert max(costs(tables, full_state(tables, 0))) > 1.0 and max(costs(tables, P0)) < 0.95
@@ -168,8 +168,8 @@ def test_resume_gives_the_same_decode_as_an_uninterrupted_run(tmp_path):
 def test_the_search_key_holds_router_v2s_config():
     from dataclasses import replace
 
-    from autocompress.compress.search import search_configs, search_key_parts
-    from autocompress.compress.settings import derive_build
+    from autocompress.search.strategy import search_configs, search_key_parts
+    from autocompress.build.settings import derive_build
 
     _, relax = setup_tables()
     s = derive_build(relax.spec)

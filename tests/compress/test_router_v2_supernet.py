@@ -9,11 +9,11 @@ pytestmark = pytest.mark.integration
 
 import _tinykit as kit  # noqa: E402
 
-from autocompress.compress.adapters import Adapters, adapted_names  # noqa: E402
-from autocompress.compress.router_v2 import RouterV2Config, train_router_v2  # noqa: E402
-from autocompress.compress.supernet import Supernet  # noqa: E402
-from autocompress.compress.tables import CostTables  # noqa: E402
-from autocompress.compress.teacher import topk_kl, topk_of  # noqa: E402
+from autocompress.search.adapters import Adapters, adapted_names  # noqa: E402
+from autocompress.search.router_v2 import RouterV2Config, train_router_v2  # noqa: E402
+from autocompress.search.supernet import Supernet  # noqa: E402
+from autocompress.search.tables import CostTables  # noqa: E402
+from autocompress.data.teacher import topk_kl, topk_of  # noqa: E402
 from autocompress.nn.llama import LlamaConfig, forward  # noqa: E402
 from autocompress.plan.space import DEFAULT_AXES, SearchSpace  # noqa: E402
 

@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autocompress.compress.router import (Router, SearchConfig, StackedTables, choices_to_numpy, expected_costs, train_router)
+from autocompress.search.router import (Router, SearchConfig, StackedTables, choices_to_numpy, expected_costs, train_router)
 
 from _searchkit import setup_tables  # noqa: E402
 

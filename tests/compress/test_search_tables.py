@@ -12,7 +12,7 @@ from autocompress.plan.derive import engine_limits
 from autocompress.feasibility.exact import evaluate
 from autocompress.feasibility.objective import prior_importance
 from autocompress.feasibility.metrics import Relaxation
-from autocompress.compress.tables import cost_tables
+from autocompress.search.tables import cost_tables
 from autocompress.ir import MLP, Architecture, Attention, Block
 from autocompress.plan.space import derive_space
 from autocompress.lang.model import Bound, ParentRef, Spec, Target, Workload
@@ -87,8 +87,8 @@ def test_shape_count_equals_the_exact_models_count_and_a_palette_prepays_it():
     the tables' sums charge the parent's count; ``shape_count`` counts a state's own as ``evaluate``
     does; ``refine.costs`` under a palette charges the palette's prepaid count, which equals the
     exact model's charge when the state uses every palette width and exceeds it otherwise."""
-    from autocompress.compress.palette import make_palette
-    from autocompress.compress.refine import costs
+    from autocompress.search.palette import make_palette
+    from autocompress.search.refine import costs
     from autocompress.cost.memory import gemm_shapes
 
     parent = _parent()
@@ -135,7 +135,7 @@ def test_kv_above_what_any_point_affords_is_over_the_bound_for_discrete_states()
     reserves 2 GiB (the README contract's candidates, seventh session). ``refine.costs`` adds a
     row that is over 1 exactly when the state's KV exceeds the largest reservation any point
     affords, and the exact model rejects every such state."""
-    from autocompress.compress.refine import costs, full_state
+    from autocompress.search.refine import costs, full_state
 
     parent = _parent()
     wl = Workload("w", 64, "serve", 4000, 96, 0.0, (Bound("tpot", "<=", 1.0),))
@@ -166,7 +166,7 @@ def test_kv_above_what_any_point_affords_is_over_the_bound_for_discrete_states()
 
 
 def test_no_kv_row_where_the_engine_does_not_round_the_reservation():
-    from autocompress.compress.refine import costs, full_state
+    from autocompress.search.refine import costs, full_state
 
     relax, *_ = _setup(_spec("serve", "rtx-5070", "vllm", "bf16"), _parent())
     t = cost_tables(relax)
@@ -178,9 +178,9 @@ def test_the_routers_expected_costs_carry_the_kv_row_and_agree_with_discrete_sta
     at one-hot probabilities it equals ``refine.costs`` row by row, so a router above the cap is
     pushed back before decoding, and the row is differentiable in the attention probabilities."""
     torch = pytest.importorskip("torch")
-    from autocompress.compress.refine import costs, full_state
-    from autocompress.compress.router import StackedTables, expected_costs
-    from autocompress.compress.tables import KV_ROW
+    from autocompress.search.refine import costs, full_state
+    from autocompress.search.router import StackedTables, expected_costs
+    from autocompress.search.tables import KV_ROW
 
     parent = _parent()
     wl = Workload("w", 64, "serve", 4000, 96, 0.0, (Bound("tpot", "<=", 1.0),))

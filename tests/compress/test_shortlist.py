@@ -1,4 +1,4 @@
-"""The final choice by a short distillation of the search's finalists (``compress.shortlist``)."""
+"""The final choice by a short distillation of the search's finalists (``build.shortlist``)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ pytest.importorskip("safetensors")
 
 import _distillkit as kit  # noqa: E402
 
-from autocompress.compress import runoff, shortlist  # noqa: E402
-from autocompress.compress.refine import Scored, choose  # noqa: E402
-from autocompress.compress.teacher import cache_teacher  # noqa: E402
+from autocompress.build import runoff  # noqa: E402
+
+from autocompress.build import shortlist  # noqa: E402
+from autocompress.search.refine import Scored, choose  # noqa: E402
+from autocompress.data.teacher import cache_teacher  # noqa: E402
 from autocompress.progress import Progress  # noqa: E402
 
 SETTINGS = SimpleNamespace(finalist_steps=5, batch=2, lr=1e-2, seed=0)

@@ -9,12 +9,12 @@ pytest.importorskip("transformers")
 
 import _tinykit as kit  # noqa: E402
 
-from autocompress.compress.importance import collect_importance
+from autocompress.prune.importance import collect_importance
 from autocompress.nn.llama import LlamaConfig, forward
 from autocompress.plan.space import DEFAULT_AXES, SearchSpace
-from autocompress.compress.supernet import Choices, Supernet
+from autocompress.search.supernet import Choices, Supernet
 from autocompress.plan.options import layer_options
-from autocompress.compress.permute import permute, pool_matrix
+from autocompress.prune.permute import permute, pool_matrix
 
 SPACE = SearchSpace((64, 48, 32), 32, (1, 2), (), DEFAULT_AXES, True, 0.25, ())
 

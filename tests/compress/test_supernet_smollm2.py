@@ -52,14 +52,14 @@ def test_functional_forward_equals_transformers(smollm2):
 
 def test_permuted_and_extracted_smollm2(smollm2):
     from autocompress.export.decilm import decilm_config_from_architecture
-    from autocompress.compress.extract import extract
-    from autocompress.compress.importance import collect_importance
+    from autocompress.prune.extract import extract
+    from autocompress.prune.importance import collect_importance
     from autocompress.modeling.configuration_decilm import DeciLMConfig
     from autocompress.modeling.modeling_decilm import DeciLMForCausalLM
     from autocompress.nn.llama import forward
     from autocompress.plan.space import derive_space
-    from autocompress.compress.supernet import Supernet
-    from autocompress.compress.permute import permute
+    from autocompress.search.supernet import Supernet
+    from autocompress.prune.permute import permute
 
     _, params, cfg, ids = smollm2
     stats = collect_importance(params, cfg, [ids])

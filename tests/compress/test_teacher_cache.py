@@ -11,7 +11,7 @@ pytest.importorskip("safetensors")
 
 import _distillkit as kit  # noqa: E402
 
-from autocompress.compress.teacher import cache_teacher, topk_of
+from autocompress.data.teacher import cache_teacher, topk_of
 
 
 class Counting:

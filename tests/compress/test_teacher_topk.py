@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autocompress.compress.teacher import full_kl, topk_kl, topk_of
+from autocompress.data.teacher import full_kl, topk_kl, topk_of
 
 
 def _pair(v=50, scale=1.0, seed=0):

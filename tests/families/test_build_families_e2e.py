@@ -58,9 +58,9 @@ def built(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ACC_CACHE_DIR", str(root / "cache"))
         # HumanEval log-likelihood takes ~30 s per model here and is covered by the Llama build test
-        mp.setattr("autocompress.compress.corpus.humaneval_path", lambda: None)
+        mp.setattr("autocompress.data.corpus.humaneval_path", lambda: None)
         spec = make_project(root, family, factor, **over)
-        from autocompress.compress.pipeline import run_build
+        from autocompress.build.pipeline import run_build
 
         logs: list[str] = []
         yield name, root, run_build(str(spec), progress=logs.append), logs

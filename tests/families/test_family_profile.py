@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 
 from _familykit import save_parent  # noqa: E402
 
-from autocompress.measure.synth import arch_key, synthetic_folder, variants  # noqa: E402
+from autocompress.calibrate.synth import arch_key, synthetic_folder, variants  # noqa: E402
 from autocompress.parents.hf_config import architecture_from_config  # noqa: E402
 from autocompress.plan.space import derive_space  # noqa: E402
 
@@ -50,7 +50,7 @@ def test_synthetic_variants_follow_the_family_space_and_load(tmp_path, family, o
 
 def test_profile_and_verify_say_what_vllm_cpu_cannot_run(tmp_path):
     pytest.importorskip("vllm")
-    from autocompress.measure.profile import ProfileRunError, run_profile
+    from autocompress.calibrate.profile import ProfileRunError, run_profile
     from autocompress.measure.verify import run_verify
 
     folder, parent = _parent(tmp_path, "nemotron_h")  # M*-E: a MoE layer

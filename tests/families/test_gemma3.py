@@ -120,7 +120,7 @@ def test_transformers_space_export_removes_attention_layers_and_hidden(parent, t
     # AutoModelForCausalLM would build the stock Gemma 3 and fail on the per-layer widths
     from test_family_torch import LONG
 
-    from autocompress.compress.evaluate import load_exported
+    from autocompress.evaluate.heldout import load_exported
 
     sd, extras = family.extract(permuted, cfg, student)
     with torch.no_grad():

@@ -63,8 +63,8 @@ def test_the_fidelity_benchmark_writes_its_table_from_a_measurement(tmp_path, mo
     """Everything after the engine runs, on a stand-in measurement (every model at the parent's
     speed) and the stored calibration run: a name lost in a refactor (d62964e dropped ``uni``
     from ``main``) once cost an 80-minute run at its last line."""
-    import autocompress.measure.calibration as calibration
-    import autocompress.measure.fit as fit
+    import autocompress.calibrate.calibration as calibration
+    import autocompress.calibrate.fit as fit
     from autocompress.lang.model import ParentRef
     from autocompress.parents.resolve import resolve_parent
 
@@ -92,9 +92,9 @@ def test_the_fidelity_benchmark_writes_its_table_from_a_measurement(tmp_path, mo
 def test_fidelity_on_one_workload_measures_it_alone_and_fits_on_all(tmp_path, monkeypatch):
     """``--workloads shared``: the engines run the shared workload only, the fit still reads every
     workload of the earlier run, and the scores cover the workload measured now."""
-    import autocompress.measure.fit as fit
+    import autocompress.calibrate.fit as fit
     import autocompress.measure.interleave as interleave
-    import autocompress.measure.synth as synth
+    import autocompress.calibrate.synth as synth
     from autocompress.lang.model import ParentRef
     from autocompress.parents.resolve import resolve_parent
 
@@ -187,8 +187,8 @@ def test_a_gpu_is_predicted_with_its_own_profiles(tmp_path, monkeypatch):
 def test_the_fidelity_benchmark_measures_and_predicts_on_a_named_gpu(tmp_path, monkeypatch):
     """``--hardware h200``: a bf16 GPU target with no thread setting, the GPU's profiles, recorded in
     the JSON; an earlier CPU run is not its calibration, nor a CPU fit the paired run's profile."""
-    import autocompress.measure.calibration as calibration
-    import autocompress.measure.fit as fit
+    import autocompress.calibrate.calibration as calibration
+    import autocompress.calibrate.fit as fit
     from autocompress.lang.model import ParentRef, Target
     from autocompress.parents.resolve import resolve_parent
 

@@ -7,10 +7,10 @@ import pytest
 from _benchkit import bench as _bench
 from autocompress.catalog.hardware import resolve_device
 from autocompress.cost.profile import PROFILE_DIR, load_profile
-from autocompress.measure.calibration import workload_dicts, workloads
+from autocompress.calibrate.calibration import workload_dicts, workloads
 from autocompress.measure.engines.base import derive_limits
 from autocompress.measure.paired import PairedResult
-from autocompress.measure.synth import variants
+from autocompress.calibrate.synth import variants
 from autocompress.lang.model import Target
 from autocompress.ir import MLP, Architecture, Attention, Block
 
@@ -23,7 +23,7 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
     a = variants(parent, 2, seed=1)[1]
     wls = [w for w in workload_dicts() if w["name"] in ("short", "concurrent")]
     limits = {x.name: derive_limits(x, tgt, workloads(), threads=2) for x in (parent, a)}
-    from autocompress.measure.fit import predicted
+    from autocompress.calibrate.fit import predicted
     from _interleaved import point
 
     pred = {w["name"]: {k: predicted(a, point(w), limits[a.name], prof, tgt)[k]

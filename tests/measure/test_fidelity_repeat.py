@@ -21,7 +21,7 @@ def test_differences_and_order_of_two_runs():
     assert s["median"] == pytest.approx(0.05) and s["p95"] == pytest.approx(0.1)
     assert s["spearman"] == pytest.approx(1.0)  # the same order
     assert rep.compare(a, b, {"short"}) == {}
-    # p95 interpolates between ranks, as every fidelity figure (measure.fit.pct): 0, 0, 0.1, 0.2 -> 0.185
+    # p95 interpolates between ranks, as every fidelity figure (calibrate.fit.pct): 0, 0, 0.1, 0.2 -> 0.185
     c = rep.compare(a, _run({"m1": 0.5, "m2": 0.8, "m3": 1.1, "m4": 1.44}))[("shared", "tpot_s")]
     assert c["p95"] == pytest.approx(0.185) and c["median"] == pytest.approx(0.05)
     # the order reversed: the host, not the models

@@ -66,7 +66,7 @@ def test_host_index_compares_the_reference_with_its_calibration():
 
 def test_calibration_sets_hold_the_searchs_shapes_and_normalized_rows_remove_drift():
     from autocompress.lang.model import ParentRef
-    from autocompress.measure.calibration import calibration_sets, normalized_rows
+    from autocompress.calibrate.calibration import calibration_sets, normalized_rows
     from autocompress.parents.resolve import resolve_parent
 
     parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture

@@ -5,7 +5,7 @@ import statistics
 import pytest
 
 from autocompress.measure.interleave import measure_interleaved
-from autocompress.measure.margin import safety_margin
+from autocompress.calibrate.margin import safety_margin
 
 MiB = 2**20
 DEFAULT = (0.05, 150 * MiB)
@@ -82,7 +82,7 @@ def test_leave_one_out_errors_join_the_held_out_ones():
 def test_leave_one_out_refits_the_memory_terms_without_each_model(monkeypatch):
     """Rows whose residual is exactly nt + c * shapes leave-one-out to zero error; a model off that
     line by 100 MiB shows it (its own fit would have absorbed part of it)."""
-    from autocompress.measure import fit
+    from autocompress.calibrate import fit
 
     nt, c = 900 * MiB, 10 * MiB
     shapes = [7, 9, 12, 15, 20]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 def _stand_in_engine(tmp_path, monkeypatch):
     """``run_profile``'s engine runs, fit and tokenizer replaced: every model at one speed."""
-    import autocompress.measure.calibration as calibration
-    import autocompress.measure.fit as fit
+    import autocompress.calibrate.calibration as calibration
+    import autocompress.calibrate.fit as fit
     import autocompress.measure.presence as presence
-    import autocompress.measure.profile as profile
+    import autocompress.calibrate.profile as profile
     from autocompress.measure.engines.base import derive_limits
     from autocompress.measure.interleave import measure_interleaved
 
@@ -42,7 +42,7 @@ def _stand_in_engine(tmp_path, monkeypatch):
 
 
 def test_a_quick_profile_is_written_from_an_interleaved_measurement(tmp_path, monkeypatch):
-    from autocompress.measure.profile import run_profile
+    from autocompress.calibrate.profile import run_profile
 
     _stand_in_engine(tmp_path, monkeypatch)
     out = tmp_path / "p.json"
@@ -64,7 +64,7 @@ def test_a_gpu_profile_goes_where_check_build_and_verify_look(tmp_path, monkeypa
     from autocompress.cost.machine import device_profile_path, parent_tag
     from autocompress.cost.profile import load_profile, origin
     from autocompress.lang.model import ParentRef
-    from autocompress.measure.profile import run_profile
+    from autocompress.calibrate.profile import run_profile
     from autocompress.parents.resolve import resolve_parent
 
     monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "cache"))

@@ -16,9 +16,9 @@ from autocompress.catalog.hardware import resolve_device
 from autocompress.cost.profile import PROFILE_DIR, Efficiency, load_profile
 from autocompress.measure.engines.base import derive_limits
 from autocompress.parents.resolve import resolve_parent
-from autocompress.measure.fit import errors, fit_profile, pct, predicted, predicted_memory, profile_dict, summary
-from autocompress.measure.calibration import workloads
-from autocompress.measure.synth import variants
+from autocompress.calibrate.fit import errors, fit_profile, pct, predicted, predicted_memory, profile_dict, summary
+from autocompress.calibrate.calibration import workloads
+from autocompress.calibrate.synth import variants
 from autocompress.lang.model import ParentRef, Target
 
 TARGET = Target("cpu", "vllm", "fp32", "fp32")
@@ -97,7 +97,7 @@ def test_cpu_efficiency_may_exceed_the_placeholder_peak_but_gpu_may_not(base):
     import json
 
     from autocompress.cost.profile import PROFILE_DIR, Profile, ProfileError
-    from autocompress.measure.fit import _cap, _params, _profile
+    from autocompress.calibrate.fit import _cap, _params, _profile
 
     p = _params(base)
     p["gemm.compute"] = 2.5
@@ -117,7 +117,7 @@ def test_fit_memory_recovers_a_planted_cost_per_gemm_shape(archs):
     import random
 
     from autocompress.cost.memory import gemm_shapes
-    from autocompress.measure.fit import fit_memory
+    from autocompress.calibrate.fit import fit_memory
 
     rng = random.Random(0)
     shapes = [gemm_shapes(a) for a in archs]

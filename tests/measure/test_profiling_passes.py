@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autocompress.measure.fit import noise
+from autocompress.calibrate.fit import noise
 from autocompress.measure.runner import merge_passes
 
 

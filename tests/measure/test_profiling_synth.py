@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autocompress.parents.resolve import resolve_parent
-from autocompress.measure.synth import arch_key, variants
+from autocompress.calibrate.synth import arch_key, variants
 from autocompress.lang.model import ParentRef
 
 

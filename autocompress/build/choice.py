@@ -1,0 +1,105 @@
+"""The architecture's choice as cached stages of ``acc build``: the search of one strategy, then
+the final choice among its finalists (the shortlist's short distillations and a runoff of a
+near-tie). Orchestration only: the search is ``search.strategy``, the distillations
+``build.shortlist``, the runoff's rule ``build.runoff``. Both arms of an A/B run these same
+functions (``pipeline.run_build``), so they get the same information, budget and selection.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from autocompress.build.prepare import Prepared
+from autocompress.build.settings import BuildSettings
+from autocompress.build.stages import run_stage, stage_key
+
+
+def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
+    """The search stage of one strategy: (how it was chosen, as JSON; the architecture)."""
+    from autocompress.search.strategy import choose_architecture, search_key_parts
+    from autocompress.ir import arch_from_dict
+
+    def search_stage(tmp: Path, partial: Path) -> dict:
+        chosen = choose_architecture(p.spec, p.parent.architecture, p.derived, p.importance.path / "importance.json",
+                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress, p.family,
+                                     ckpt_dir=partial)  # router v2's checkpoints: a killed search resumes
+        (tmp / "architecture.json").write_text(json.dumps(chosen, indent=2))
+        return {"strategy": strat.strategy}
+
+    key = stage_key("search", p.family.code["search"], p.spec_key, p.importance.key, p.teacher_key,
+                    *search_key_parts(strat))
+    tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
+    st = p.timed(f"search{tag}", lambda: run_stage(p.work, f"search-{strat.strategy}", key, search_stage,
+                                                   p.progress.log, collective=True))
+    chosen = json.loads((st.path / "architecture.json").read_text())
+    return chosen, arch_from_dict(chosen["architecture"], p.parent.architecture)
+
+
+def student_maker(p: Prepared):
+    """``arch -> a fresh student module``: the parent's permuted weights sliced to ``arch`` by the
+    family (what the shortlist distils; also ``bench/shortlist_horizon.py``)."""
+    def make(arch):
+        state, extras = p.family.extract(p.permuted, p.cfg, arch)
+        return p.family.student(arch, state, extras)
+    return make
+
+
+def distil_round(p: Prepared, strat: BuildSettings, finalists: list[dict], archs: list, picked: list[int], steps: int,
+                 name: str) -> dict:
+    """One round of short distillations (``shortlist.short_distill_choice``) of the finalists
+    ``picked`` for ``steps`` steps each, as a cached stage: the shortlist's first round (``name``
+    "shortlist") or a runoff ("runoff"; also ``bench/shortlist_horizon.py``'s longer horizons).
+    Keyed like distillation, by what it reads (the architectures in order, the permuted weights,
+    the teacher outputs, the recipe), not by the search that listed them or its names for them,
+    so two strategies' equal runoff entrants are distilled once; the rows carry this search's
+    names and KLs."""
+    from autocompress.build.shortlist import short_distill_choice, validation_rows
+
+    def body(tmp: Path, partial: Path) -> dict:
+        res = short_distill_choice([{**finalists[i], "arch": archs[i]} for i in picked], student_maker(p), p.teacher,
+                                   p.data.train, replace(strat, finalist_steps=steps), partial, p.progress)
+        (tmp / "shortlist.json").write_text(json.dumps(res, indent=1))
+        return {"chosen": res["chosen"]}
+
+    key = stage_key(name, ("autocompress.build.shortlist", *p.family.code["distill"]), p.importance.key,
+                    p.teacher_key, json.dumps([finalists[i]["architecture"] for i in picked], sort_keys=True),
+                    json.dumps((steps, strat.batch, strat.lr, strat.seed, validation_rows(p.data.train.shape[0]))))
+    # the first round's folder names its strategy (the build log's line); a runoff's does not
+    folder = f"shortlist-{strat.strategy}" if name == "shortlist" else name
+    tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
+    st = p.timed(f"{name}{tag}", lambda: run_stage(p.work, folder, key, body, p.progress.log))
+    res = json.loads((st.path / "shortlist.json").read_text())
+    for row, i in zip(res["finalists"], picked):
+        row.update(name=finalists[i]["name"], kl_search=finalists[i]["kl"])
+    return res
+
+
+def shortlist(p: Prepared, strat: BuildSettings, chosen: dict, arch) -> tuple[dict, object]:
+    """The final choice by a short distillation of the search's finalists (``build.shortlist``),
+    then a runoff of a near-tie (``build.runoff``), the same for every strategy: (how it was
+    chosen, with the shortlist's table; the architecture). One finalist: the search's choice."""
+    from autocompress.build import runoff
+    from autocompress.ir import arch_from_dict
+
+    finalists = chosen.get("finalists") or []
+    if strat.finalists <= 1 or len(finalists) <= 1:
+        return chosen, arch
+    archs = [arch_from_dict(f["architecture"], p.parent.architecture) for f in finalists]
+    res = distil_round(p, strat, finalists, archs, list(range(len(finalists))), strat.finalist_steps, "shortlist")
+    picked = runoff.entrants(res, strat.runoff_margin)
+    if picked:
+        p.progress.log(f"[runoff] {finalists[picked[0]]['name']} and {finalists[picked[1]]['name']} are within "
+                       f"{strat.runoff_margin:.0%} after {strat.finalist_steps} steps: both distilled again for "
+                       f"{strat.runoff_steps}")
+        second = distil_round(p, strat, finalists, archs, picked, strat.runoff_steps, "runoff")
+        res = runoff.merge(res, second, picked, strat.runoff_margin)
+    pick = finalists[res["chosen"]]
+    how = runoff.describe(res)
+    p.progress.log(f"[shortlist] {how}")
+    return {**chosen, "architecture": pick["architecture"], "how": how, "how_search": chosen.get("how"),
+            "shortlist": res}, archs[res["chosen"]]
+
+
+__all__ = ["distil_round", "search", "shortlist", "student_maker"]

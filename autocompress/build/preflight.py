@@ -1,0 +1,111 @@
+"""Before compressing for the host CPU: know this machine, and measure the parent against the contract.
+
+``hardware cpu`` means the machine the build runs on. A profile fitted elsewhere can be 3x off
+here (issue 12: a parent predicted at 110 ms TPOT measured 37 ms, and was pruned for nothing), so:
+
+1. without a profile for this machine and this parent (``cost.machine``), calibrate first: ``acc profile --quick``
+   on the spec's parent (a few minutes; ``--no-calibrate`` skips it, and the report then says its
+   numbers come from another machine);
+2. measure the parent with the contract's workloads in the engine; if it already meets every
+   bound as measured, there is nothing to compress: stop and say so (``--force`` compresses anyway).
+
+Only for the host CPU with an installed engine and no profile named by the spec; a GPU target's
+catalog profile transfers (a standard part), and a target that is not here cannot be measured.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from autocompress.measure.worker import peak_memory
+
+
+@dataclass(frozen=True)
+class ParentCheck:
+    rows: tuple[tuple[str, str, float, float, bool], ...]  # (bound, op, limit, measured, holds)
+
+    @property
+    def meets(self) -> bool:
+        return all(ok for *_, ok in self.rows)
+
+    def lines(self) -> list[str]:
+        from autocompress.report.feasibility import fmt_value
+
+        out = []
+        for name, op, limit, value, ok in self.rows:
+            metric = "memory" if name == "memory" else name.split(".", 1)[1]
+            out.append(f"  {name:<16} {op} {fmt_value(metric, limit):<12} measured {fmt_value(metric, value):<12} "
+                       f"{'meets it' if ok else 'misses it'}")
+        return out
+
+
+def applies(spec) -> bool:
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.measure.presence import engine_available
+
+    return (resolve_device(spec.target.hardware).kind == "cpu" and not spec.target.profile
+            and engine_available(spec.target.engine)[0])
+
+
+def calibrate_if_needed(spec, base: str, no_calibrate: bool, log, parent_arch) -> None:
+    """``log``: a log function or a ``Progress`` (the calibration's engine runs then show as tasks).
+    ``parent_arch``: the spec's parent; a profile belongs to a machine and the parent it was calibrated on."""
+    from autocompress.cost.machine import machine_profile_path, this_machine
+    from autocompress.progress import as_progress
+
+    progress = as_progress(log)
+    log = progress.log
+
+    engine = spec.target.engine
+    if machine_profile_path(engine, parent=parent_arch).is_file():
+        return
+    m = this_machine(engine)
+    model = spec.parent.value if spec.parent.kind == "alias" else os.path.join(base, spec.parent.value)
+    what = f"no profile for this machine ({m.describe()}, fingerprint {m.fingerprint}) and this parent ({model})"
+    if no_calibrate:
+        log(f"[calibrate] skipped (--no-calibrate): {what}; predictions use another machine's or another parent's")
+        return
+    from autocompress.calibrate.profile import run_profile
+
+    log(f"[calibrate] {what}: `acc profile --hardware cpu --model {model} --quick` first (a few minutes; "
+        "--no-calibrate skips it)")
+    run_profile("cpu", engine, None, model=model, quick=True, progress=progress)
+
+
+def contract_workloads(workloads) -> list[dict]:
+    """The contract's workloads as the preflight measures them (``bench/chat_concurrency.py`` reuses
+    them, so its predicted-vs-measured table is the preflight's measurement)."""
+    from autocompress.measure.runner import workload_dict
+
+    return [workload_dict(w, requests=max(8, 2 * w.concurrency), iterations=3, target_se=0.03, max_s=30.0)
+            for w in workloads]
+
+
+def measure_parent(spec, parent_arch, folder: Path, work: Path, log, threads: int | None = None) -> ParentCheck:
+    """The parent in the engine with the contract's workloads: every bound, as measured. ``log``: a
+    log function or a ``Progress`` (the engine start and workloads then show as tasks)."""
+    from autocompress.measure.engines.base import derive_limits
+    from autocompress.measure.runner import run_worker
+    from autocompress.progress import as_progress
+
+    progress = as_progress(log)
+    log = progress.log
+
+    limits = derive_limits(parent_arch, spec.target, spec.workloads, threads=threads)
+    wls = contract_workloads(spec.workloads)
+    log(f"[preflight] measuring the parent against the contract ({len(wls)} workload(s))")
+    res = run_worker(folder, spec.target, wls, limits, work / "preflight", threads, progress=progress,
+                     label="preflight parent")
+    by = {m["workload"]: m for m in res["measurements"]}
+    field = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
+    rows = []
+    for w in spec.workloads:
+        for b in w.bounds:
+            v = by[w.name][field[b.metric]]
+            rows.append((f"{w.name}.{b.metric}", b.op, b.value, v, v <= b.value if b.op == "<=" else v >= b.value))
+    if spec.target.memory_limit_bytes:
+        v = float(peak_memory(res))
+        rows.append(("memory", "<=", float(spec.target.memory_limit_bytes), v, v <= spec.target.memory_limit_bytes))
+    return ParentCheck(tuple(rows))

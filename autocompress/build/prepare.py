@@ -1,0 +1,167 @@
+"""The stages every strategy of one build shares: check, parent, data, importance (+ permutation),
+teacher outputs (``prepare`` -> ``Prepared``). ``pipeline.run_build`` runs them once, then the
+per-strategy stages; benchmarks use ``Prepared`` to run the search alone.
+
+Under a launcher (``build.dist``) rank 0 fills the caches first (check, parent, tokens) and
+the others read them; importance and teacher outputs are split over the ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autocompress.build import dist
+from autocompress.build.settings import BuildSettings, derive_build
+from autocompress.build.stages import StageResult, run_stage, stage_key
+from autocompress.diagnostics import BuildError
+from autocompress.progress import Progress, as_progress
+
+
+def _parent_folder(spec, parent, progress=None) -> Path:
+    from autocompress.export.gguf_convert import weights_folder
+
+    if not parent.has_weights:
+        raise BuildError(f"{spec.parent.value}: a bare config.json has no weights; `acc build` needs a Hugging Face "
+                         "folder, a .gguf file or a built-in alias (use `acc check` for feasibility only)")
+    return weights_folder(spec.parent.value, parent, progress)
+
+
+def check_verdict(check) -> None:
+    from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_NOT_FOUND
+
+    verdict = check.report["verdict"]
+    if verdict == "infeasible":
+        raise BuildError("the contract is infeasible: no architecture in the search space meets it (see `acc check`)",
+                         EXIT_INFEASIBLE)
+    if verdict == "not_found":
+        raise BuildError("no architecture was found that meets the contract, though infeasibility is not proved: "
+                         f"{check.report.get('reason') or 'see `acc check`'}", EXIT_NOT_FOUND)
+
+
+@dataclass
+class Prepared:
+    """What every strategy of one build shares: the contract, the parent, the data, the importance
+    and the teacher outputs (``prepare``). Benchmarks reuse it to run the search alone."""
+
+    spec: object
+    spec_path: str
+    base: str
+    parent: object  # parents.resolve.ParentInfo
+    derived: object  # plan.derive.Derived
+    settings: BuildSettings
+    folder: Path  # the parent's safetensors folder (and tokenizer)
+    params: dict
+    cfg: object  # the family's config (nn.llama.LlamaConfig, nn.hybrid.HybridConfig)
+    data: object  # data.BuildData
+    importance: StageResult
+    permuted: dict
+    teacher: object  # teacher.TeacherCache
+    held_teacher: dict
+    teacher_key: str
+    spec_key: str
+    data_key: str
+    work: Path
+    progress: Progress
+    check: object
+    timings: dict = field(default_factory=dict)
+    stages: list = field(default_factory=list)
+    family: object = None  # families.base.BuildFamily: every family-specific call goes through it
+
+    def timed(self, name: str, fn):
+        t = time.perf_counter()
+        r = fn()
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t
+        if isinstance(r, StageResult):
+            self.stages.append(r)
+        return r
+
+
+def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Prepared:
+    """The shared stages: check, parent, data, importance (+ permutation), teacher outputs."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from autocompress.check import run_check
+    from autocompress.data.stage import prepare_data
+    from autocompress.data.teacher import cache_teacher
+    from autocompress.families.base import family_of
+    from autocompress.lang.api import load_spec
+    from autocompress.parents.resolve import resolve_parent
+    from autocompress.plan.derive import derive
+
+    progress = as_progress(progress)
+    log = progress.log
+    spec = load_spec(spec_path)
+    base = os.path.dirname(os.path.abspath(spec_path))
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    check = dist.main_first(lambda: run_check(spec_path))  # feasible before any weight is loaded
+    timings["check"] = time.perf_counter() - t
+    check_verdict(check)
+    parent = resolve_parent(spec.parent, base)
+    derived = derive(spec, parent.architecture, base)
+    settings = derive_build(spec)
+    if settings.batch < dist.world():
+        raise BuildError(f"distill batch {settings.batch} is smaller than the {dist.world()} processes: each needs at "
+                         "least one row per step (raise `batch` in the spec's distill block, or use fewer processes)")
+    for name, value, why in derived.rows + settings.rows:
+        log(f"  {name:<28} {value:<24} {why}")
+    torch.manual_seed(settings.seed)
+
+    t = time.perf_counter()
+    family = family_of(parent.architecture.family)  # the per-family seam (``families.base``)
+    folder = dist.main_first(lambda: _parent_folder(spec, parent, progress))
+    try:
+        params, cfg = family.load(folder)
+    except NotImplementedError as e:  # a config feature the family's forward lacks (RoPE scaling, biases...)
+        raise BuildError(f"{spec.parent.value}: acc build cannot compress this {parent.architecture.family} parent: "
+                         f"{e}") from None
+    timings["parent"] = time.perf_counter() - t
+    t = time.perf_counter()
+    data = dist.main_first(lambda: prepare_data(spec, folder, settings, base, progress))
+    timings["data"] = time.perf_counter() - t
+    log(f"[data] {data.description}: {data.documents} documents")
+    # stages that do not read the contract (importance, teacher outputs, the parent's quality) are
+    # keyed without it, so builds of different specs in one work folder share them; the search key
+    # adds the spec and the calibration profile (a re-measured profile re-searches)
+    # the folder every stage reads is the parent's, or its GGUF's conversion: the converter's code
+    # keys it too (the family's loader keys the stages that run it, ``families.base``)
+    data_key = stage_key("data", ("autocompress.export.gguf_convert",), parent.content_hash, data.key)
+    spec_key = stage_key("spec", (), Path(spec_path).read_bytes(),
+                         Path(derived.profile.path).read_bytes() if derived.profile.path else b"")
+
+    def importance_stage(tmp: Path, partial: Path) -> dict:
+        stats = family.importance(params, cfg, data.calibration, settings.batch, settings.ablation_rows, progress)
+        if dist.is_main():  # under a launcher every rank measured its share; rank 0 writes
+            stats.to_json(tmp / "importance.json")
+            permuted, _ = family.permute(params, cfg, stats)
+            save_file({k: v.contiguous() for k, v in permuted.items()}, str(tmp / "permuted.safetensors"))
+        return {"calibration_tokens": int(data.calibration[:, :-1].numel())}
+
+    ikey = stage_key("importance", family.code["importance"], data_key,
+                     str(settings.calib_rows), str(settings.batch), str(settings.ablation_rows))
+    t = time.perf_counter()
+    imp = run_stage(work, "importance", ikey, importance_stage, log, collective=True)
+    timings["importance"] = time.perf_counter() - t
+    permuted = load_file(str(imp.path / "permuted.safetensors"))
+
+    teacher_fn = lambda ids: family.forward(params, cfg, ids)  # noqa: E731
+    code = family.code["teacher"]
+    tkey = stage_key("teacher", code, data_key, str(settings.topk), str(settings.teacher_rows), str(settings.batch))
+    t = time.perf_counter()
+    with progress.task(f"teacher top-{settings.topk} ({len(data.train)} rows)", unit="chunk") as bar:
+        def chunk(c, n):
+            bar.state.total = n
+            bar.advance()
+        teacher = cache_teacher(teacher_fn, data.train, tkey, k=settings.topk, batch=settings.batch,
+                                cache_dir=work / f"teacher-{tkey}", on_chunk=chunk)
+    held = {k: cache_teacher(teacher_fn, v, stage_key("held", code, data_key, k, str(settings.eval_rows),
+                                                      str(settings.topk)),
+                             k=settings.topk, batch=settings.batch, cache_dir=work / f"held-{k}-{tkey}")
+            for k, v in data.heldout.items()}
+    timings["teacher"] = time.perf_counter() - t
+    return Prepared(spec, spec_path, base, parent, derived, settings, folder, params, cfg, data, imp, permuted,
+                    teacher, held, tkey, spec_key, data_key, work, progress, check, timings, [imp], family)

@@ -1,0 +1,1 @@
+"""Quality of a built model: held-out perplexity, KL and top-1 against the parent, and the eight benchmarks."""

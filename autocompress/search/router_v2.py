@@ -1,0 +1,254 @@
+"""Router v2: the router and the supernet's temporary weights trained together, by distillation.
+
+The paper's method (AutoCompress §3; FBNet-style Gumbel-softmax with straight-through;
+Sheared-LLaMA-style multipliers), as v1 (``router``) was not: v1 started at the cvxpy point with
+logit 3.0, took 20 Adam steps at lr 0.05 over frozen parent weights, and never flipped a choice.
+
+    logits      learned (start at 0) + prior: ``prior`` nats on the cvxpy point's choices, a bias
+                the loss can overcome (Adam moves a logit ~lr per step: prior / lr steps to flip)
+    each step   tau = tau_start * (tau_end / tau_start) ** (step / (steps - 1))   (annealed)
+                sample  p = gumbel_softmax(logits / tau), hard one-hot forward, soft gradient
+                quality KD (top-k KL) of the supernet with low-rank adapters (``adapters``) on the
+                        parent's weights against the cached teacher outputs
+                cost    E[bound_b] from the exact per-layer cost tables, soft p
+                loss    quality + sum_b lambda_b (E_b - 1) + rho/2 relu(E_b - 1)^2
+                update  router and adapters by Adam; lambda_b <- max(0, lambda_b + eta (E_b - 1))
+    decode      argmax of learned + prior logits; where the cost tables put that point over a bound
+                (the budget term binds the *expected* cost, not the argmax's), the option changes
+                that cost the router the least log-probability per unit of excess removed; where
+                it is under every bound, the larger options that stay within them, least
+                log-probability lost per unit of budget spent first (``budget_decode``); the
+                caller checks the result with the exact cost model
+    hidden      fixed at the prior's (``learn_hidden`` False, the default): the hidden size is a
+                global choice the global sweep and the measured prior make; learned, it fell to
+                384 on npc-5080 where every per-layer point at 576 or 512 measured better
+
+The adapters let the router see which layers recover with training; they are dropped at the end
+(the build extracts from the parent's weights). Resumable: every ``ckpt_every`` steps the whole
+state (logits, adapters, both Adam states, multipliers, the sampler's generator; the step and the
+history in its metadata) is written atomically to one safetensors file in ``ckpt_dir``, and a
+rerun continues from it with the same result as an uninterrupted run (a test pins it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from autocompress.cache import atomic_write_bytes
+from autocompress.build import dist
+from autocompress.search.adapters import Adapters, load_optimizer_state, optimizer_state
+from autocompress.search.refine import apply, costs, violation
+from autocompress.search.router import Router, SearchResult, StackedTables, expected_costs
+from autocompress.search.tables import CostTables
+
+# kd_loss(step, (ph, pa, pf), params) -> the distillation loss of the supernet with these choice
+# weights and these (adapted) weights on the step's batch
+KDLoss = Callable[[int, tuple, dict], torch.Tensor]
+CKPT = "router_v2.safetensors"
+
+
+@dataclass(frozen=True)
+class RouterV2Config:
+    steps: int = 120  # the build derives it from the search budget in tokens (``settings``)
+    lr: float = 0.1  # router Adam: ~0.1 nat per step, so a 2-nat prior can flip within ~20 steps
+    prior: float = 2.0  # bias on the cvxpy point's choices, in logits (0: no prior)
+    tau_start: float = 1.0  # Gumbel-softmax temperature, annealed geometrically (spec: ``temperature``)
+    tau_end: float = 0.05
+    dual_lr: float = 1.0  # as v1: bounds are normalized, 1 = on the bound
+    rho: float = 10.0
+    rank: int = 8  # adapter rank (0: frozen parent weights, v1's supernet)
+    adapter_lr: float = 1e-3
+    seed: int = 0
+    ckpt_every: int = 10
+    learn_hidden: bool = False  # the hidden size stays the prior's (module docstring)
+
+
+def temperature(cfg: RouterV2Config, step: int) -> float:
+    frac = step / max(cfg.steps - 1, 1)
+    return cfg.tau_start * (cfg.tau_end / cfg.tau_start) ** frac
+
+
+class _State:
+    """Everything a step changes, and its checkpoint."""
+
+    def __init__(self, tables: list[CostTables], params: dict, cfg: RouterV2Config, prior):
+        torch.manual_seed(cfg.seed)
+        self.router = Router(tables, None, 0.0)
+        if prior is not None and cfg.prior:
+            self.router.set_prior(prior, cfg.prior)
+        if prior is not None and not cfg.learn_hidden:
+            self.router.fix_hidden(prior[0])
+        self.opt = torch.optim.Adam(self.router.parameters(), lr=cfg.lr)
+        self.adapters = Adapters(params, cfg.rank, seed=cfg.seed)
+        ps = self.adapters.parameters()
+        self.adapter_opt = torch.optim.Adam(ps, lr=cfg.adapter_lr) if ps else None
+        self.lam = torch.zeros(len(tables[0].row_names))
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.step, self.history = 0, []
+
+    def save(self, folder: Path, cfg: RouterV2Config) -> None:
+        from safetensors.torch import save
+
+        t = {f"router.{k}": v.detach().clone() for k, v in self.router.named_parameters()}
+        t.update(optimizer_state(self.opt, "opt"))
+        t.update({f"adapter.{k}": v for k, v in self.adapters.state().items()})
+        if self.adapter_opt is not None:
+            t.update(optimizer_state(self.adapter_opt, "adapter_opt"))
+        t["lambda"] = self.lam.clone()
+        t["generator"] = self.gen.get_state()
+        # one file, written atomically: the step and history travel in its metadata with the tensors
+        meta = json.dumps({"step": self.step, "history": self.history, "config": asdict(cfg)})
+        atomic_write_bytes(folder / CKPT, save(t, metadata={"router_v2": meta}))
+
+    def load(self, folder: Path, cfg: RouterV2Config) -> bool:
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        path = folder / CKPT
+        if not path.is_file():
+            return False
+        with safe_open(str(path), "pt") as f:
+            meta = json.loads(f.metadata()["router_v2"])
+        if meta["config"] != asdict(cfg):
+            return False  # another search's state (the stage key differs too): start over
+        t = load_file(str(path))
+        with torch.no_grad():
+            for k, v in self.router.named_parameters():
+                v.copy_(t[f"router.{k}"])
+        load_optimizer_state(self.opt, t, "opt")
+        self.adapters.load_state({k[len("adapter."):]: v for k, v in t.items() if k.startswith("adapter.")})
+        if self.adapter_opt is not None:
+            load_optimizer_state(self.adapter_opt, t, "adapter_opt")
+        self.lam = t["lambda"].clone()
+        self.gen.set_state(t["generator"])
+        self.step, self.history = meta["step"], list(meta["history"])
+        return True
+
+
+def train_router_v2(tables: list[CostTables], kd_loss: KDLoss, params: dict, cfg: RouterV2Config,
+                    prior=None, on_step: Callable[[dict], None] | None = None, ckpt_dir: Path | None = None,
+                    stop_after: int | None = None, on_resume: Callable[[int], None] | None = None) -> SearchResult:
+    """Train router and adapters jointly (module docstring). ``params``: the supernet's (parent)
+    weights, never modified; ``prior``: the cvxpy point (hidden index, attention and FFN option per
+    layer) or None; ``ckpt_dir``: resume from / checkpoint to; ``stop_after``: stop after that many
+    steps (a checkpoint is written), for the resume test; ``on_resume(step)``: steps already done."""
+    t0 = time.perf_counter()
+    s = _State(tables, params, cfg, prior)
+    if ckpt_dir is not None:
+        ckpt_dir = Path(ckpt_dir)
+        if s.load(ckpt_dir, cfg) and on_resume:
+            on_resume(s.step)
+    st = StackedTables.of(tables)
+    names = tables[0].row_names
+    while s.step < cfg.steps:
+        step = s.step
+        tau = temperature(cfg, step)
+        ph, pa, pf = s.router.probs(tau, hard=True, generator=s.gen)
+        q = kd_loss(step, (ph, pa, pf), s.adapters.merged(params))
+        # the cost term uses the soft probabilities: the expectation is exact and low-variance
+        e = expected_costs(st, *s.router.probs(tau, hard=False, generator=None))
+        viol = e - 1.0
+        loss = q + (s.lam * viol).sum() + 0.5 * cfg.rho * F.relu(viol).pow(2).sum()
+        s.opt.zero_grad()
+        if s.adapter_opt is not None:
+            s.adapter_opt.zero_grad()
+        loss.backward()
+        s.opt.step()
+        if s.adapter_opt is not None:
+            s.adapter_opt.step()
+        with torch.no_grad():
+            s.lam = torch.clamp(s.lam + cfg.dual_lr * viol.detach(), min=0.0)
+        rec = {"step": step, "tau": tau, "quality": float(q.detach()), "loss": float(loss.detach()),
+               "expected": dict(zip(names, (float(v) for v in e.detach()))),
+               "lambda": dict(zip(names, (float(v) for v in s.lam))), "decode": _plain(s.router.decode())}
+        s.history.append(rec)
+        s.step += 1
+        if on_step:
+            on_step(rec)
+        last = s.step == cfg.steps or (stop_after is not None and s.step >= stop_after)
+        if ckpt_dir is not None and (s.step % cfg.ckpt_every == 0 or last):
+            _save(s, ckpt_dir, cfg)
+        if stop_after is not None and s.step >= stop_after:
+            break
+    (h, ca, cf), moves, fills = budget_decode(s.router, tables)
+    return SearchResult(h, ca, cf, tuple(s.history), time.perf_counter() - t0, moves, fills)
+
+
+def budget_decode(router, tables: list[CostTables]) -> tuple[tuple, int, int]:
+    """(point, changes that removed excess, changes that spent slack): the router's argmax brought
+    onto the cost tables' budget by the router's own preference. The hidden size stays the argmax's.
+
+    Over a bound: take the single change of one layer's attention or FFN option that removes
+    excess at the least log-probability per unit of excess removed. Why: the training penalty
+    binds the *expected* cost under soft probabilities, so the argmax can sit over a bound
+    (npc-5080, 2026-12-05: TPOT 1.035 of the bound); the exact model's repair is cost-driven and
+    blind to the router, and undid every one of v2's moves there (KL 3.56 -> 5.42 as repaired).
+    Under every bound: take the single larger option that stays within the tables at the least
+    log-probability lost per unit of budget spent (on the row it loads most), until none fits.
+    Why: the same expectation leaves the argmax under the bound (npc-5080: 49.9M parameters where
+    the greedy built 66.5M at the same TPOT bound), and slack is quality left unbought."""
+    with torch.no_grad():
+        _, la, lf = router.logits()
+        lp = {"a": F.log_softmax(la, -1).numpy(), "f": F.log_softmax(lf, -1).numpy()}
+    s = router.decode()
+    excess, moves, fills, cap = violation(costs(tables, s)), 0, 0, 4 * len(s[1])
+    while excess > 0 and moves < cap:
+        best = None
+        for kind, l, c, j, t in _changes(s, lp, larger=False):
+            v = violation(costs(tables, t))
+            if v < excess - 1e-12:
+                score = (lp[kind][l, c] - lp[kind][l, j]) / (excess - v)
+                if best is None or score < best[0]:
+                    best = (score, t, v)
+        if best is None:  # no single change lowers the excess: the exact model's repair takes over
+            return s, moves, fills
+        _, s, excess = best
+        moves += 1
+    e = costs(tables, s)
+    while excess <= 0 and fills < cap:
+        best = None
+        for kind, l, c, j, t in _changes(s, lp, larger=True):
+            et = costs(tables, t)
+            if violation(et) > 0:
+                continue
+            score = (lp[kind][l, c] - lp[kind][l, j]) / max(float((et - e).max()), 1e-9)
+            if best is None or score < best[0]:
+                best = (score, t, et)
+        if best is None:
+            break
+        _, s, e = best
+        fills += 1
+    return s, moves, fills
+
+
+def _changes(s, lp: dict, larger: bool):
+    """Every single change of one layer's attention or FFN option to another legal option (only
+    larger ones, options being ordered by size, with ``larger``): (kind, layer, now, new, state)."""
+    for kind, choice in (("a", s[1]), ("f", s[2])):
+        for l, c in enumerate(choice):
+            for j in np.flatnonzero(np.isfinite(lp[kind][l])):
+                if j != c and (j > c or not larger):
+                    yield kind, l, c, int(j), apply(s, [(kind, l, int(j))])
+
+
+def _save(s: _State, folder: Path, cfg: RouterV2Config) -> None:
+    if not dist.is_main():  # under a launcher every rank runs the same search; rank 0 alone writes
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    s.save(folder, cfg)
+
+
+def _plain(point) -> list:
+    h, ca, cf = point
+    return [h, list(ca), list(cf)]
+
+
+__all__ = ["KDLoss", "RouterV2Config", "budget_decode", "temperature", "train_router_v2"]

@@ -1,0 +1,108 @@
+"""The search's uniform choices: every layer the same sizes, chosen by measured KL.
+
+    uniform_format_choice    formats with one size per axis (Mixtral, Qwen-MoE): the uniform
+                             point of each global variant, the least KL
+    measured_uniform_choice  strategy uniform, the fair Minitron++ arm: the grid's frontier,
+                             measured as ``search.baseline`` measures it
+    frontier_candidates      the same measurement as candidates of the default strategy, ranked
+                             beside its greedy's (the uniform arm's information, given to both)
+
+Apart from ``search.strategy`` so the per-layer search reads alone; the measures, the report's
+JSON and the error are search's (``_measures``, ``arch_json``, ``finalists_json``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from autocompress.search.refine import RefineConfig
+from autocompress.search.strategy import NoArchitecture, _measures, arch_json, finalists_json
+from autocompress.feasibility.metrics import Relaxation
+
+
+def uniform_format_choice(out, swept, family, permuted, cfg, teacher, train_rows, settings, sp, imp, parent_arch, log) -> dict:
+    """Formats with one size per axis (``SearchSpace.uniform``: Mixtral, Qwen-MoE): every layer has
+    the same sizes, so there is no per-layer choice for a router to learn. The candidates are the
+    best uniform point of each global variant (expert width) that the exact cost model accepted;
+    the parent's KL on held-apart training rows picks one, as ``refine`` does for the others."""
+    from autocompress.feasibility.variants import apply
+
+    t0 = time.perf_counter()
+    cands = []
+    for v, f in swept.tried or ((swept.variant, swept.feasibility),):
+        if f.start is None:
+            continue
+        net = family.supernet(permuted, cfg, sp, apply(parent_arch, v))
+        _, select_kl = _measures(net, teacher, train_rows, settings)
+        arch = f.start.evaluation.arch
+        kl = select_kl(net.indices_of(arch))
+        log(f"[search] uniform point ({v.label()}): hidden {arch.hidden_size}, {arch.params() / 1e6:.2f}M params, "
+            f"KL {kl:.3f}")
+        cands.append((kl, v, arch))
+    kl, v, arch = min(cands, key=lambda c: c[0])
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["finalists"] = finalists_json([(f"uniform ({c[1].label()})", c[0], c[2])
+                                       for c in sorted(cands, key=lambda c: c[0])], settings.finalists, imp,
+                                      parent_arch)
+    out["how"] = (f"measured choice among the uniform points of {len(cands)} global variants: {v.label()}, KL {kl:.3f} "
+                  "(one size per axis in this format: no per-layer search)")
+    out["refine"] = {"forwards": len(cands), "seconds": round(time.perf_counter() - t0, 1),
+                     "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
+                         {"name": f"uniform ({c[1].label()})", "kl": round(c[0], 4), "hidden": c[2].hidden_size,
+                          "attention": sum(1 for b in c[2].blocks if b.attention),
+                          "ffn": sum(1 for b in c[2].blocks if b.ffn)} for c in cands]}
+    log(f"[search] {out['how']}")
+    return out
+
+
+def measured_uniform_choice(out, spec, swept, derived, family, permuted, cfg, teacher, train_rows, settings, imp,
+                            parent_arch, progress) -> dict:
+    """Strategy uniform (the fair Minitron++ arm, ``search.baseline``): the grid's frontier
+    candidates, all meeting the contract, chosen by the KL autocompress's final choice uses."""
+    sp, variant = derived.space, swept.parent
+    vimp = imp.for_variant(parent_arch, variant)
+    relaxes = {d: Relaxation(variant, d, spec, derived.profile, derived.device, sp, vimp, derived.limits)
+               for d in sp.hidden_grid}
+    net = family.supernet(permuted, cfg, sp, variant)
+    _, select_kl = _measures(net, teacher, train_rows, settings)
+    measured = _frontier(relaxes, derived, net, select_kl, settings, progress, "baseline: measure candidates")
+    if measured is None:
+        raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model "
+                             "and fits this parent's supernet; use `strategy autocompress`")
+    arch, kl, entry, ranked = measured
+    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
+    out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
+    out["how"] = (f"uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model; measured choice "
+                  f"among {entry['forwards']} frontier candidates: KL {kl:.3f}")
+    out["refine"] = entry
+    return out
+
+
+def frontier_candidates(relaxes, derived, net, select_kl, settings, progress, have=()) -> tuple[list, dict | None]:
+    """The default's share of the uniform arm's information: the uniform grid's frontier measured
+    as strategy uniform measures it (same candidates, rows, budget), as ``refine.Scored``
+    candidates ranked beside the greedy's, and the record of that measurement (None: no frontier).
+    A frontier point already among ``have`` (the greedy's candidates; the uniform grid seed is
+    one) is not listed twice: the report keeps the greedy's name for it."""
+    from autocompress.search.refine import Scored
+
+    measured = _frontier(relaxes, derived, net, select_kl, settings, progress, "search: uniform frontier")
+    if measured is None:
+        return [], None
+    _, _, entry, ranked = measured
+    seen = {c.state for c in have}
+    # select_kl caches by state: the exact value, not the entry's rounded one, ranks it beside the greedy's
+    out = [Scored(name, state, select_kl(state)) for name, _, arch in ranked
+           if (state := net.indices_of(arch)) not in seen]
+    return out, {**{k: entry[k] for k in ("forwards", "tokens", "seconds", "frontier", "skipped")},
+                 "listed": len(out)}
+
+
+def _frontier(relaxes, derived, net, select_kl, settings, progress, label):
+    """``baseline.measure_frontier`` with the budget both callers must share: the greedy's
+    refinement budget (``RefineConfig.max_evals`` search forwards of search batch x search tokens),
+    so the uniform arm and the default's frontier candidates measure the same candidates."""
+    from autocompress.search.baseline import measure_frontier
+
+    return measure_frontier(relaxes, derived, net.indices_of, select_kl, settings.search_batch * settings.search_seq,
+                            RefineConfig().max_evals, progress, label)
