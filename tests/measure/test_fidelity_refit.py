@@ -1,4 +1,4 @@
-"""bench/fidelity_refit.py's diagnostics: the rank correlation (kl_rank_correlation's), the cells whose passes agree, the
+"""The fidelity benchmark's refit (bench/lib/fidelity_refit.py): the rank correlation, the cells whose passes agree, the
 share of KV-reduced layers, and the run's own fit in the fitter's flat form."""
 
 import statistics
@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from _benchkit import bench as _bench
+from bench.lib import fidelity_refit
 
 
 def _refit():
-    return _bench("fidelity_refit")
+    return fidelity_refit
 
 
 def test_spearman_ranks_ties_at_their_mean_and_sees_order_not_size():
@@ -86,26 +86,3 @@ def test_two_runs_merge_like_two_passes_each_triple_against_its_own_references()
     assert m.spread["A"]["short"]["tpot_s"] == pytest.approx(0.1)
     assert m.absolute["A"]["short"]["tpot_s"] == pytest.approx(8.5) and m.absolute["R"]["short"]["tpot_s"] == 15.0
     assert len(m.runs) == 6 and m.peak_memory == {"R": 100, "A": 50}
-
-
-def _terms():
-    return _bench("fidelity_terms")
-
-
-def test_a_term_is_fitted_on_its_cells_and_scores_only_held_out_ones():
-    t = _terms()
-    parent = {"gemm_shapes": 5.0}
-
-    def cell(role, shapes, pred, meas, metric="e2e", workload="concurrent"):
-        return {"role": role, "workload": workload, "metric": metric, "features": {"gemm_shapes": shapes},
-                "pred": pred, "meas": meas}
-    # measured 1% cheaper per shape above the parent's than predicted: c = -0.01 fits exactly
-    cal = [cell("heldout", s, 1.0, 1 - 0.01 * (s - 5)) for s in (5, 9, 13, 17)]
-    c = t.fit(cal, parent, "concurrent", "e2e", "gemm_shapes")
-    assert c == pytest.approx(-0.01, rel=0.02)
-    held = [cell("heldout", 15, 1.0, 0.9), cell("calibration", 15, 1.0, 0.5),  # a calibration-role cell is not scored
-            cell("heldout", 15, 1.0, 1.0 / 0.9, metric="throughput")]
-    assert t.p95s(held)["e2e"] == pytest.approx(1 / 0.9 - 1)
-    with_term = t.p95s(held, ("concurrent", "e2e", "gemm_shapes", -0.01), parent)
-    assert with_term["e2e"] == pytest.approx(0.0, abs=1e-9)
-    assert with_term["throughput"] == pytest.approx(0.0, abs=1e-9)  # throughput takes E2E's factor inverted
