@@ -89,6 +89,18 @@ def did_you_mean(got: str, allowed: Iterable[str]) -> str:
     return f"did you mean '{close[0]}'?" if close else ""
 
 
+def suggest(got: str, allowed: Iterable[str]) -> str:
+    """'did you mean X?' for a name of the language: a swap of two neighbouring characters first
+    (rtx-5007 -> rtx-5070, which plain similarity would send to rtx-5090), then ``did_you_mean``."""
+    allowed = list(allowed)
+    for a in allowed:
+        if len(a) == len(got):
+            diff = [i for i in range(len(a)) if a[i] != got[i]]
+            if len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == got[diff[1]] and a[diff[1]] == got[diff[0]]:
+                return f"did you mean '{a}'?"
+    return did_you_mean(got, allowed)
+
+
 def one_of(allowed: Iterable[str]) -> str:
     names = sorted(allowed)
     if len(names) > 12:
@@ -98,6 +110,10 @@ def one_of(allowed: Iterable[str]) -> str:
 
 class ImportanceFileError(ValueError):
     """An importance file given on the command line is unreadable or does not fit the parent (exit 2)."""
+
+
+class MeasureError(RuntimeError):
+    """The engine could not load or run a model (the worker's stderr tail says why): exit 6, not a bug."""
 
 
 class BuildError(Exception):

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autocompress.calibrate import synth
+from autocompress.calibrate.synth import designed, variants
+from autocompress.families.registry import decilm_export
 from autocompress.ir import Architecture
 from autocompress.lang.model import Workload
+from autocompress.measure import interleave
+from autocompress.measure.engines.base import derive_limits
 from autocompress.measure.runner import measure, workload_dict
 
 WORKLOADS = (  # (workload, minimum timed requests or iterations, warm-up rounds)
@@ -23,7 +28,7 @@ WORKLOADS = (  # (workload, minimum timed requests or iterations, warm-up rounds
     (Workload("concurrent", 8, "batch", 128, 16), 3, 1),
     # 12 chats over one long cached prefix (95% of 2K: 1920 tokens in 15 blocks of 128), prefilled in
     # one step: their decode steps re-read the prefix's shared blocks, which fits ``shared_kv_reread``,
-    # and each TTFT waits for the whole group's prefill (issue 12, bench/results/chat_concurrency.md).
+    # and each TTFT waits for the whole group's prefill (bench/results/chat_concurrency.md).
     # A shorter prefix (8 x 896 tokens) fitted 0.49, which over-predicted the host example's chat
     # TPOT by 38%: the re-read share depends on the prefix's size, so calibrate at the size served
     (Workload("shared", 12, "serve", 2048, 16, 0.95), 24, 1),
@@ -55,10 +60,8 @@ def workload_dicts(quick: bool = False, only: list[str] | None = None) -> list[d
 def calibration_sets(parent: Architecture, quick: bool = False) -> tuple[list[Architecture], list[Architecture]]:
     """(calibration, held-out) architectures: the parent first (it is also the reference every
     model is measured against), designed shapes and random variants. Quick: 4 + 2."""
-    from autocompress.calibrate.synth import LLAMA_FAMILIES, designed, variants
-
     n_cal, n_held = (1, 1) if quick else (CALIBRATION_ARCHS, HELDOUT_ARCHS)
-    if parent.family not in LLAMA_FAMILIES:  # MoE / hybrid parents: random variants of their own space
+    if not decilm_export(parent.family):  # MoE / hybrid parents: random variants of their own space
         rand = variants(parent, 4 + 2 if quick else n_cal + n_held)
         k = 4 if quick else n_cal
         return rand[:k], rand[k:]
@@ -95,18 +98,14 @@ def measure_sets(archs: list[Architecture], target, tokenizer_dir, root: Path, t
     recommends (``derive_limits``, from every workload); threads and scheduler budgets are the same
     for all. ``only``: measure these calibration workloads alone (``bench/costmodel_fidelity.py
     --workloads``)."""
-    from autocompress.measure.engines.base import derive_limits
-    from autocompress.measure.interleave import measure_interleaved
-    from autocompress.calibrate.synth import synthetic_folder
-
     wls = workload_dicts(quick, only)
     limits = {a.name: derive_limits(a, target, workloads(), threads=threads) for a in archs}
     models = {}
     for a in archs:
-        models[a.name] = synthetic_folder(a, tokenizer_dir, Path(root) / "models")
-    inter = measure_interleaved(models, archs[0].name, target, wls, limits, Path(root) / "requests", passes=passes,
-                                threads=threads, log=log, progress=progress,
-                                journal=Path(root) / "requests" / "journal.jsonl")
+        models[a.name] = synth.synthetic_folder(a, tokenizer_dir, Path(root) / "models")
+    inter = interleave.measure_interleaved(models, archs[0].name, target, wls, limits, Path(root) / "requests",
+                                           passes=passes, threads=threads, log=log, progress=progress,
+                                           journal=Path(root) / "requests" / "journal.jsonl")
     return inter, limits, wls
 
 
@@ -117,10 +116,8 @@ def measure_arch(arch: Architecture, target, tokenizer_dir, root: Path, threads:
 
     One engine for all workloads, not one per workload: vLLM CPU's decode step does not measurably
     depend on max_num_seqs here (the parent's TPOT medians with max_num_seqs 1, 2 and 8 were 87, 89
-    and 89 ms, request-to-request spread 73-107 ms; docs/decisions.md), and each extra engine start
+    and 89 ms, request-to-request spread 73-107 ms), and each extra engine start
     costs ~30 s."""
-    from autocompress.measure.engines.base import derive_limits
-
     limits = derive_limits(arch, target, workloads(), threads=threads)
     return [{"arch": arch, "result": measure(arch, target, workload_dicts(), tokenizer_dir, root, limits,
                                              threads=threads, log=log, repeat=repeat, progress=progress),

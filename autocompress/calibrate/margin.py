@@ -1,10 +1,10 @@
 """The memory safety margin of a measured profile, from the calibration's own evidence.
 
 The exact memory model predicts ``non_kv + margin + KV`` and a contract's memory bound is met when
-that is within it; the margin is ``margin_fraction * (non_kv + graphs) + margin_bytes``. Until the
-seventh session every profile carried the default's 5% + 150 MiB. On the README contract (2,816 MiB)
-that is 227 MiB, 8.1% of the bound: a build that meets the bound exactly as predicted measures
-~10% under it, so a user pays a tenth of the budget for a guess (docs/decisions.md, 2026-12-02).
+that is within it; the margin is ``margin_fraction * (non_kv + graphs) + margin_bytes``. The
+default profile's guess is 5% + 150 MiB. On the README contract (2,816 MiB) that is 227 MiB, 8.1%
+of the bound: a build that meets the bound exactly as predicted measures ~10% under it, so a user
+would pay a tenth of the budget for a guess.
 
 A measured profile has what the guess stood in for:
 

@@ -12,12 +12,26 @@ and is the built-in choice for ``hardware cpu`` + ``engine vllm``.
 
 from __future__ import annotations
 
-import datetime as _dt
+import datetime
 import json
 import os
 import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from autocompress.cache import atomic_write_text, cache_root
+from autocompress.calibrate import calibration, fit
+from autocompress.calibrate.margin import safety_margin
+from autocompress.catalog.hardware import resolve_device
+from autocompress.cost.machine import own_profile_path, parent_tag, this_machine
+from autocompress.cost.profile import PROFILE_DIR, Profile, load_profile
+from autocompress.export.gguf_convert import convert_alias, convert_gguf
+from autocompress.families.registry import engine_gap
+from autocompress.lang.model import ParentRef, Target
+from autocompress.measure import presence
+from autocompress.measure.worker import peak_memory
+from autocompress.parents.resolve import resolve_parent
+from autocompress.progress import as_progress
 
 
 class ProfileRunError(RuntimeError):
@@ -40,29 +54,16 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     cache, for a catalog GPU that part's, by name, in the same folder. ``progress`` (an
     ``autocompress.progress.Progress``; else ``log`` gets the log lines): one task over the engine
     runs, and per run the engine start and each workload (``measure.events``)."""
-    from autocompress.cache import atomic_write_text, cache_root
-    from autocompress.progress import as_progress
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.machine import parent_tag, this_machine
-    from autocompress.cost.profile import PROFILE_DIR, Profile, load_profile
-    from autocompress.lang.model import ParentRef, Target
-    from autocompress.calibrate.calibration import calibration_sets, measure_sets, normalized_rows, workloads
-    from autocompress.measure.worker import peak_memory
-    from autocompress.calibrate.fit import errors, fit_profile, loo_memory_errors, profile_dict, ratio_errors, summary
-    from autocompress.calibrate.margin import safety_margin
-    from autocompress.measure.presence import engine_available, hardware_present
-    from autocompress.parents.resolve import resolve_parent
-
     progress = as_progress(progress if progress is not None else log)
     log = progress.log
     try:
         device = resolve_device(hardware)
     except KeyError as exc:
         raise ProfileRunError(str(exc.args[0])) from None
-    ok, why = hardware_present(device)
+    ok, why = presence.hardware_present(device)
     if not ok:
         raise ProfileRunError(f"cannot profile {hardware} here: {why}")
-    ok, why = engine_available(engine)
+    ok, why = presence.engine_available(engine)
     if not ok:
         raise ProfileRunError(f"cannot profile engine {engine}: {why}")
     precision = precision or ("fp32" if device.kind == "cpu" else "bf16")
@@ -72,40 +73,37 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     kind = "gguf" if model.endswith(".gguf") else ("alias" if "/" not in model and not os.path.isdir(model) else "hf_dir")
     parent = resolve_parent(ParentRef(kind, model), os.getcwd())
     if out is None:  # where check/build/verify look first: this machine's, or this catalog GPU's, for this parent
-        from autocompress.cost.machine import own_profile_path
-
         out = own_profile_path(device.kind, device.name, engine, parent=parent.architecture)
-    tok = _tokenizer_dir(kind, model, parent, progress)
-    from autocompress.families.registry import engine_gap
-
+    tok = tokenizer_dir(kind, model, parent, progress)
     gap = engine_gap(parent.architecture, engine, device.kind)
     if gap:
         raise ProfileRunError(f"cannot profile {model} with {engine} on {hardware}: {gap}")
-    cal, held = calibration_sets(parent.architecture, quick)
+    cal, held = calibration.calibration_sets(parent.architecture, quick)
     root = Path(root) if root else Path(cache_root()) / "profiling"
     log(f"[profile] {len(cal)} calibration + {len(held)} held-out models, each measured between two runs of the "
         f"parent (interleaved: the host's drift cancels in ratios){' , quick' if quick else ''}")
-    inter, limits, wls = measure_sets(cal + held, target, tok, root, threads, quick, passes=1 if quick else 2,
-                                      log=log, progress=progress)
-    rows = normalized_rows(inter, cal + held, limits, wls)
+    inter, limits, wls = calibration.measure_sets(cal + held, target, tok, root, threads, quick,
+                                                  passes=1 if quick else 2, log=log, progress=progress)
+    rows = calibration.normalized_rows(inter, cal + held, limits, wls)
     calib, heldout = rows[:len(cal)], rows[len(cal):]
     base = load_profile(PROFILE_DIR / f"{device.kind}-{engine}-default.json", device, engine)  # the fit's start
-    fitted = fit_profile(calib, base, target, log=log)
-    held_errors = errors(heldout, fitted, target)
-    known = summary(held_errors)
+    fitted = fit.fit_profile(calib, base, target, log=log)
+    held_errors = fit.errors(heldout, fitted, target)
+    known = fit.summary(held_errors)
     # the margin from this calibration's evidence, not the default's guess (calibrate.margin)
     ref_rss = [peak_memory(r) for r in inter.results_of(cal[0].name)]  # a GPU: the engine's need, not host RAM
     mf, mb, margin_basis = safety_margin(held_errors["memory"], ref_rss, fitted.memory.margin_fraction,
-                                         fitted.memory.margin_bytes, loo_memory_errors(calib, fitted, target))
+                                         fitted.memory.margin_bytes, fit.loo_memory_errors(calib, fitted, target))
     fitted = replace(fitted, memory=replace(fitted.memory, margin_fraction=mf, margin_bytes=mb))
-    known.update({f"ratio.{k}": v for k, v in summary(ratio_errors(heldout, rows[0], inter, fitted, target)).items()})
-    created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
-    doc = profile_dict(
+    known.update({f"ratio.{k}": v for k, v in
+                  fit.summary(fit.ratio_errors(heldout, rows[0], inter, fitted, target)).items()})
+    created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    doc = fit.profile_dict(
         fitted, f"{hardware}-{engine}-{this_machine(engine).fingerprint if device.kind == 'cpu' else 'measured'}",
         known,
         f"acc profile --hardware {hardware} --engine {engine}{' --quick' if quick else ''}: {len(cal)} calibration + "
-        f"{len(held)} held-out architectures derived from {model} x {len(workloads())} workloads, each measured "
-        f"interleaved with the parent and fitted on drift-normalized values; {precision}; threads {threads}; "
+        f"{len(held)} held-out architectures derived from {model} x {len(calibration.workloads())} workloads, each "
+        f"measured interleaved with the parent and fitted on drift-normalized values; {precision}; threads {threads}; "
         f"{platform.machine()} {os.cpu_count()} cores; known_error is measured on the held-out architectures "
         "(ratio.*: the predicted ratio to the parent against the measured one); the memory margin "
         f"({mf:.1%} + {mb / 2**20:.0f} MiB) is derived from this calibration (measurement.margin)", created)
@@ -128,13 +126,10 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     return ProfileRun(Path(out), doc, len(cal), len(held))
 
 
-def _tokenizer_dir(kind: str, model: str, parent, progress=None) -> Path:
+def tokenizer_dir(kind: str, model: str, parent, progress=None) -> Path:
+    """The tokenizer the synthetic models ship: a GGUF parent's conversion, or a folder parent's own."""
     if kind == "alias":
-        from autocompress.export.gguf_convert import convert_alias
-
         return convert_alias(model, progress=progress)
     if kind == "gguf":
-        from autocompress.export.gguf_convert import convert_gguf
-
         return convert_gguf(parent.path, progress=progress)
     return Path(parent.path).parent

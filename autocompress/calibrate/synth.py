@@ -19,7 +19,15 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-from autocompress.ir import MLP, Architecture, Attention, Block
+from autocompress.cache import code_digest, key
+from autocompress.export.decilm import decilm_config_from_architecture, expected_shapes, llama_config_from_architecture
+from autocompress.export.writer import export_architecture, llama_format
+from autocompress.families.base import family_of
+from autocompress.families.registry import decilm_export
+from autocompress.feasibility.variants import Variant, apply
+from autocompress.ir import MLP, Architecture, Attention, Block, MoE
+from autocompress.plan.options import layer_options
+from autocompress.plan.space import derive_space
 
 
 def _kv_choices(arch: Architecture) -> list[int]:
@@ -58,7 +66,7 @@ def variant(parent: Architecture, rng: random.Random, name: str) -> Architecture
 
 def designed(parent: Architecture) -> list[Architecture]:
     """Architectures that differ from a reference in one property each, and resemble what the
-    search emits (issue 12): the causes of "heterogeneous costs more" measured apart.
+    search emits: the causes of "heterogeneous costs more" measured apart.
 
     * ``uniform-w<W>``: every layer, full attention, FFN width W (GEMM width alone);
     * ``alternating``: the same FFN parameters as ``uniform-w<W>`` in two widths, W - d and W + d
@@ -94,16 +102,10 @@ def designed(parent: Architecture) -> list[Architecture]:
                rng.choice((64, 128, 192, 256, 320, 384, 448))) for i in range(L)]
     out.append(make("narrow-many", narrow))
     return out
-LLAMA_FAMILIES = ("llama", "mistral", "nemotron-nas")  # the DeciLM / Llama writers below
 
 
 def hybrid_variant(parent: Architecture, rng: random.Random, name: str) -> Architecture:
     """One random architecture of a MoE / hybrid parent's search space (``plan.space``)."""
-    from autocompress.feasibility.variants import Variant, apply
-    from autocompress.ir import MoE
-    from autocompress.plan.options import layer_options
-    from autocompress.plan.space import derive_space
-
     space = derive_space(parent, "vllm", "cpu")
     v = Variant(rng.choice(space.mamba_heads) if space.mamba_heads else None,
                 rng.choice(space.expert_widths) if space.expert_widths else None)
@@ -132,17 +134,15 @@ def variants(parent: Architecture, n: int, seed: int = 0) -> list[Architecture]:
     """``n`` architectures: the parent itself first, then seeded random variants."""
     rng = random.Random(seed)
     out = [replace(parent, name="parent")]
-    make = variant if parent.family in LLAMA_FAMILIES else hybrid_variant
+    make = variant if decilm_export(parent.family) else hybrid_variant
     while len(out) < n:
         out.append(make(parent, rng, f"v{len(out):02d}"))
     return out
 
 
 def arch_key(arch: Architecture) -> str:
-    from autocompress.cache import code_digest, key
-
     parts = [arch.family, arch.vocab_size, arch.hidden_size, arch.num_heads, arch.head_dim, arch.tie_embeddings]
-    if arch.family not in LLAMA_FAMILIES:  # every size of every block (Mamba2 heads, experts, widths)
+    if not decilm_export(arch.family):  # every size of every block (Mamba2 heads, experts, widths)
         parts.append(repr(arch.blocks))
     else:
         parts += [(b.attention.kv_heads if b.attention else 0, b.ffn.width if b.ffn else 0) for b in arch.blocks]
@@ -153,13 +153,10 @@ def synthetic_folder(arch: Architecture, tokenizer_dir, root: Path, seed: int = 
     """The exported folder of ``arch`` with random weights (cached under ``root`` by shape)."""
     import torch
 
-    from autocompress.export.decilm import (decilm_config_from_architecture, expected_shapes, llama_config_from_architecture)
-    from autocompress.export.writer import export_architecture, llama_format
-
     out = Path(root) / f"synth-{arch_key(arch)}"
     if (out / "config.json").is_file():
         return out
-    if arch.family not in LLAMA_FAMILIES:
+    if not decilm_export(arch.family):
         return _hybrid_folder(arch, tokenizer_dir, out, seed)
     cfg = (llama_config_from_architecture if llama_format(arch) else decilm_config_from_architecture)(arch)
     g = torch.Generator().manual_seed(seed)
@@ -177,8 +174,7 @@ def _hybrid_folder(arch: Architecture, parent_dir, out: Path, seed: int) -> Path
     by the family's exporter with the parent folder's config (``parent_dir`` also gives the tokenizer)."""
     import torch
 
-    from autocompress.families.base import family_of
-    from autocompress.nn.hybrid import param_shapes
+    from autocompress.nn.hybrid import param_shapes  # torch at import: kept off acc verify's path
 
     family = family_of(arch.family)
     cfg = family.config(parent_dir)

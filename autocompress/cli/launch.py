@@ -14,7 +14,13 @@ import os
 import sys
 import uuid
 
-from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_INVALID, EXIT_NOT_FOUND
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from autocompress import check
+from autocompress.build.pipeline import plan_outputs
+from autocompress.build.prepare import check_verdict
+from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_INVALID, EXIT_NOT_FOUND, BuildError
 
 
 def worker_argv(args) -> list[str]:
@@ -44,20 +50,12 @@ def exit_code(failures: dict[int, int], first: int) -> int:
 
 def launch_build(args) -> int:
     """Pre-check the spec, its output folders and the verdict, then run ``args.nproc`` workers."""
-    from autocompress.check import run_check
-    from autocompress.build.pipeline import plan_outputs
-    from autocompress.build.prepare import check_verdict
-    from autocompress.diagnostics import BuildError
-
     plan_outputs(args.spec, args.baseline, args.force)  # SpecError at the output line: exit 2
     try:
-        check_verdict(run_check(args.spec))  # cached: the workers read the same answer
+        check_verdict(check.run_check(args.spec))  # cached: the workers read the same answer
     except BuildError as err:
         sys.stderr.write(f"{args.spec}: {err}\n")
         return err.exit_code
-
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     # torchrun's defaults for one machine: a standalone rendezvous on a free port, one thread per
     # worker unless OMP_NUM_THREADS says otherwise (N workers on N cores)

@@ -1,4 +1,4 @@
-"""The ``acc`` command line. The only module that prints with rich.
+"""The ``acc`` command line: parse the arguments, run the command's module, map errors to exit codes.
 
 Exit codes (documented in the README):
   0  success; for ``acc check``: the contract is feasible
@@ -7,32 +7,33 @@ Exit codes (documented in the README):
   3  internal error: a bug in autocompress; the message asks to report it
   4  no architecture was found, but infeasibility is not proved (``acc check``, ``acc build``)
   5  a distributed ``acc build`` lost a process (killed, or stopped answering): rerunning resumes
+  6  a measurement failed (the engine worker crashed or ran past its time limit): rerunning resumes
 (``acc eval``: 0, or 2 for a bad argument or benchmark data that is not installed)
 
-Imports are deliberately lazy: ``acc check`` must answer in well under two seconds, so rich,
-cvxpy and the stages are imported inside the commands that use them, and torch never is.
+Layering: ``acc check`` must answer in well under two seconds, and a repeated check from the
+cache in a fraction of one, so this module, ``check_cmd`` and ``diff_cmd`` import only light modules
+(no torch, and until a check misses the cache no parser or solver: ``autocompress.check``). Every
+other command's module is imported by the dispatch table below only when that command runs:
+``fmt`` loads the parser, ``build`` and ``eval`` torch and their stages, ``verify`` and ``profile``
+the measurement code.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
 from autocompress import __version__
+from autocompress.cli import check_cmd, diff_cmd
 from autocompress.cli.parser import build_parser
-from autocompress.diagnostics import (EXIT_INTERNAL, EXIT_INVALID, EXIT_MEASURE, EXIT_OK, EXIT_PEER, ImportanceFileError,
+from autocompress.diagnostics import (EXIT_INTERNAL, EXIT_INVALID, EXIT_MEASURE, ImportanceFileError, MeasureError,
                                       SpecError)
 
 BUG_HINT = "this is a bug in autocompress {v}; please report it with the spec and this message"
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
-
-
-def _print_errors(err: SpecError, warnings=()) -> None:
+def _print_errors(err: SpecError) -> None:
     # Plain text, no markup: the rendered caret lines must keep their columns.
     text = err.render()
     sys.stderr.write(text + "\n")
@@ -40,183 +41,52 @@ def _print_errors(err: SpecError, warnings=()) -> None:
     sys.stderr.write(f"{n} error{'s' if n != 1 else ''} in {err.path}\n")
 
 
-def _cmd_check(args) -> int:
-    from autocompress.check import run_check
+# ---- dispatch: each command's module, imported when the command runs ---------------------------------
 
-    result = run_check(args.spec, use_cache=not args.no_cache, importance=args.importance)
-    for w in result.warnings:
-        sys.stderr.write(w + "\n")
-    if args.format == "text" and not args.out:
-        from autocompress.cli.terminal import print_feasibility
+def _fmt(args) -> int:
+    from autocompress.cli import fmt_cmd  # the parser (lark)
 
-        print_feasibility(_console(), result.report)
-    else:
-        fmt = "md" if args.format == "text" else args.format
-        from autocompress.cli.commands import emit
-        from autocompress.report.feasibility import render_json, render_markdown
-
-        plots = None
-        if fmt == "md" and args.out:  # the charts land beside the report, linked relatively
-            from pathlib import Path
-
-            from autocompress.report.plot_data import check_plots
-            from autocompress.report.plots import write_plots
-
-            out = Path(args.out)
-            plots = write_plots(out.parent, check_plots(result.report), prefix=f"{out.stem}-")
-        text = render_markdown(result.report, plots) if fmt == "md" else render_json(result.report)
-        emit(text, args.out, f" ({result.report['verdict']})")
-    return result.exit_code
-
-
-def _cmd_fmt(args) -> int:
-    from autocompress.lang.api import format_spec, load_spec
-
-    with open(args.spec, "rb") as fh:
-        original = fh.read().decode("utf-8", errors="replace")
-    spec = load_spec(args.spec)
-    text = format_spec(spec, source=original)
-    if args.check:
-        if text != original:
-            sys.stderr.write(f"{args.spec}: not in canonical form (run `acc fmt --write {args.spec}`)\n")
-            return 1
-        return EXIT_OK
-    if args.write:
-        from autocompress.cache import atomic_write_text
-
-        atomic_write_text(args.spec, text)
-        return EXIT_OK
-    sys.stdout.write(text)
-    return EXIT_OK
-
-
-def _cmd_build(args) -> int:
-    if "OMP_WAIT_POLICY" not in os.environ:
-        # OpenMP threads that spin at every barrier lose ~10x on a host shared with other work (a
-        # HellaSwag forward took 5.4 s instead of 0.47 s here); the build's own math waits passively.
-        # Engine measurements keep the engine's default (``measure.runner.run_worker`` drops it).
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        os.environ["ACC_SET_OMP_WAIT_POLICY"] = "1"
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        sys.stderr.write("acc build needs torch and transformers: install them with scripts/install-full.sh\n")
-        return EXIT_INVALID
-    from autocompress.build import dist
-
-    if args.nproc and dist.launched():
-        sys.stderr.write("acc build: --nproc starts its own processes; under torchrun or srun leave it out\n")
-        return EXIT_INVALID
-    if args.nproc:
-        from autocompress.cli.launch import launch_build
-        from autocompress.build.pipeline import plan_outputs
-
-        code = launch_build(args)
-        if code != EXIT_OK or args.no_verify:
-            return code
-        return _verify_build(args, plan_outputs(args.spec, args.baseline, args.force)[0], _console(stderr=True))
-    if not dist.launched():
-        return _build(args)
-    dist.init()
-    try:
-        code = _build(args)
-    except Exception as err:
-        if not _peer_lost(err):
-            raise
-        sys.stderr.write(f"rank {dist.rank()}: another process of this build failed or stopped answering "
-                         f"({type(err).__name__}: {str(err)[:200]}); rerun the same command: it resumes\n")
-        code = EXIT_PEER
-    finally:
-        dist.shutdown()
-    dist.leave(code)  # not a return: gloo's threads outlive the group and can abort a normal exit
-
-
-def _peer_lost(err: Exception) -> bool:
-    """Is ``err`` a collective that failed because another rank died or hung (not a bug here)?"""
-    import torch.distributed as d
-
-    text = str(err)
-    return isinstance(err, d.DistError) or (isinstance(err, RuntimeError) and any(
-        s in text for s in ("Connection closed by peer", "Connection reset by peer", "Timed out waiting", "NCCL")))
+    return fmt_cmd.run(args)
 
 
 def _build(args) -> int:
-    from autocompress.cli.terminal import build_progress, print_stage_times
-    from autocompress.build import dist
-    from autocompress.build.pipeline import run_build
-    from autocompress.diagnostics import BuildError
-    from autocompress.progress import Progress
+    if "OMP_WAIT_POLICY" not in os.environ:
+        # Set before torch loads. OpenMP threads that spin at every barrier lose ~10x on a host shared
+        # with other work (a HellaSwag forward took 5.4 s instead of 0.47 s here); the build's own math
+        # waits passively. Engine measurements keep the engine's default (``measure.runner.worker_env``
+        # drops it).
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.environ["ACC_SET_OMP_WAIT_POLICY"] = "1"
+    if importlib.util.find_spec("torch") is None:
+        sys.stderr.write("acc build needs torch and transformers: install them with scripts/install-full.sh\n")
+        return EXIT_INVALID
+    from autocompress.cli import build_cmd  # torch and every stage of the build
 
-    console = _console(stderr=True)
-    # under a launcher rank 0 speaks for the build; the others report nothing but their own errors
-    progress = build_progress(console, quiet=args.quiet) if dist.is_main() else Progress()
-    try:
-        result = run_build(args.spec, args.work, progress=progress, baseline=args.baseline, force=args.force,
-                           no_calibrate=args.no_calibrate)
-    except BuildError as err:
-        if dist.is_main():
-            (sys.stdout if err.exit_code == EXIT_OK else sys.stderr).write(f"{args.spec}: {err}\n")
-        return err.exit_code
-    finally:
-        if hasattr(progress.sink, "close"):
-            progress.sink.close()
-    if not dist.is_main():
-        return EXIT_OK
-    print_stage_times(console, result.report["timings_s"], result.report["total_s"])
-    sys.stdout.write(f"built {result.output}\n")
-    if args.no_verify:
-        return EXIT_OK
-    return _verify_build(args, result.output, console)
+    return build_cmd.run(args)
 
 
-def _verify_build(args, output, console) -> int:
-    """``acc verify`` after a build when the target is this machine and its engine is installed."""
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.lang.api import load_spec
-    from autocompress.measure.presence import engine_available, hardware_present
+def _verify(args) -> int:
+    from autocompress.cli import verify_cmd  # the exact cost model and the measurement code
 
-    spec = load_spec(args.spec)
-    here, where = hardware_present(resolve_device(spec.target.hardware))
-    eng, why = engine_available(spec.target.engine)
-    if not (here and eng):
-        sys.stdout.write(f"not verified by measurement: {where if not here else why}; "
-                         f"`acc verify {output} {args.spec}` writes the predicted report\n")
-        return EXIT_OK
-    from autocompress.cli.commands import verify
-
-    # an A/B needs two passes: one pass of the same two models read 0.929 and 1.036 on memory in the
-    # eighth session (bench/results/cpu-vllm-readme), too coarse for the 5% the comparison is judged at
-    passes = 2 if getattr(args, "baseline", None) else 1
-    return verify(str(output), args.spec, None, None, console, passes=passes, quiet=args.quiet)
+    return verify_cmd.run(args)
 
 
-def _cmd_verify(args) -> int:
-    from autocompress.cli.commands import verify
+def _profile(args) -> int:
+    from autocompress.cli import profile_cmd  # the measurement code and the fit
 
-    return verify(args.out, args.spec, args.threads, args.requests, _console(stderr=True), args.passes, args.quiet,
-                  args.pairings)
-
-
-def _cmd_profile(args) -> int:
-    from autocompress.cli.commands import profile
-
-    return profile(args, _console(stderr=True))
+    return profile_cmd.run(args)
 
 
-def _cmd_diff(args) -> int:
-    from autocompress.cli.commands import diff
+def _eval(args) -> int:
+    # set before torch loads: on shared cores spinning OpenMP threads made scoring ~10x slower in wall time
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from autocompress.cli import eval_cmd  # torch, the benchmarks' data and scorer
 
-    return diff(args)
-
-
-def _cmd_eval(args) -> int:
-    from autocompress.cli.eval_cmd import cmd_eval
-
-    return cmd_eval(args)
+    return eval_cmd.run(args)
 
 
-COMMANDS = {"check": _cmd_check, "build": _cmd_build, "fmt": _cmd_fmt, "verify": _cmd_verify,
-            "profile": _cmd_profile, "diff": _cmd_diff, "eval": _cmd_eval}
+COMMANDS = {"check": check_cmd.run, "build": _build, "fmt": _fmt, "verify": _verify, "profile": _profile,
+            "diff": diff_cmd.run, "eval": _eval}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,8 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - the last line of defence: never a bare traceback
         if os.environ.get("ACC_DEBUG"):
             raise
-        from autocompress.measure.runner import MeasureError
-
         if isinstance(err, MeasureError):
             # Not a bug: the engine worker crashed, ran past its time limit (a busy host) or could not
             # take ACC_MEASURE_NICE. The stages before it are cached: the same command resumes there.

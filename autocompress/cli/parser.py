@@ -77,9 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="md: Markdown for a PR comment (default); json: specs/spec-diff.schema.json")
     d.add_argument("--out", metavar="FILE", help="write the diff to FILE (atomically) instead of stdout")
 
-    from autocompress.cli.eval_cmd import add_parser
+    e = sub.add_parser("eval", help="accuracy of a model folder and its parent on eight benchmarks (offline data)")
+    e.add_argument("model", help="the model folder (an acc build output, or any Hugging Face folder)")
+    e.add_argument("--parent", help="the parent to compare with (folder, .gguf, alias; default: the build's spec's)")
+    e.add_argument("--full", action="store_true", help="every document (34,507; hours on CPU) instead of the "
+                   "seeded subsamples (1,200)")
+    e.add_argument("--tasks", help="comma-separated subset of arc_easy,arc_challenge,hellaswag,piqa,winogrande,"
+                   "boolq,openbookqa,mmlu")
+    e.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE (atomically)")
+    e.add_argument("--work", metavar="DIR", help="stage cache folder (default: <acc cache>/accuracy)")
+    e.add_argument("--quiet", action="store_true", help="plain progress lines instead of bars")
 
-    add_parser(sub)  # acc eval: its parser and command live in eval_cmd
     f = sub.add_parser("fmt", help="print the canonical form of a .acspec")
     f.add_argument("spec")
     g = f.add_mutually_exclusive_group()
@@ -104,7 +112,8 @@ def _positive(text: str) -> int:
 
 def _pairings(text: str) -> int:
     # one pairing would share a single parent process among the models and swap no start order: its SE
-    # would miss the level a pair of processes carries (docs/decisions.md, twenty-ninth session)
+    # would miss the level a pair of processes carries (a fresh pair of the parent against itself read
+    # E2E 0.92, 1.01 and 0.97: ``measure.paired``)
     n = _whole(text)
     if n < 0 or n == 1:
         raise argparse.ArgumentTypeError(f"allowed: 0 (off) or a whole number >= 2, got {text}")

@@ -1,18 +1,36 @@
 """Terminal views of the ``acc`` command, with rich: the feasibility summary (the same dict as the
-Markdown renderer reads), progress bars for long stages (``autocompress.progress`` events), and
-the stage-time summary of a build."""
+Markdown renderer reads), progress bars for long stages (``autocompress.progress`` events), the
+stage-time summary of a build, and where a report goes (``emit``: a file or stdout)."""
 
 from __future__ import annotations
 
 import sys
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as Bars
+from rich.table import Table
+
+from autocompress.cache import atomic_write_text
 from autocompress.progress import LineSink, Progress, TaskState, describe, duration, rate_text
 from autocompress.report.feasibility import VERDICT_TEXT, MiB, fmt_value, layer_runs
 
 
-def print_feasibility(console, report: dict) -> None:
-    from rich.table import Table
+def console(stderr: bool = False) -> Console:
+    """A console for plain reports: no highlighting of numbers, long lines kept whole."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
+
+def emit(text: str, out: str | None, note: str = "") -> None:
+    """A report to ``out`` (atomically, and said on stderr: stdout stays empty), or to stdout."""
+    if out:
+        atomic_write_text(out, text)
+        sys.stderr.write(f"wrote {out}{note}\n")
+    else:
+        sys.stdout.write(text)
+
+
+def print_feasibility(console, report: dict) -> None:
     ok = report["verdict"] == "feasible"
     style = "bold green" if ok else "bold red"
     t, p, cm = report["target"], report["parent"], report["cost_model"]
@@ -76,10 +94,8 @@ class RichSink:
     """Progress bars (rate, ETA, the task's fields) on a terminal; log lines above them."""
 
     def __init__(self, console):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.console = console
-        self.bars = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        self.bars = Bars(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("{task.fields[rate]}"), TextColumn("ETA {task.fields[eta]}"),
                              TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=console, transient=True)
         self.ids: dict[int, int] = {}

@@ -19,6 +19,8 @@ import shutil
 from pathlib import Path
 
 from autocompress import __version__
+from autocompress.cache import atomic_write_text
+from autocompress.parents.gguf_meta import read_gguf
 from autocompress.report.feasibility import fmt_value
 
 LICENSE_FILES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "NOTICE", "NOTICE.txt", "USE_POLICY.md")
@@ -30,8 +32,6 @@ def parent_license(parent) -> dict:
     folder = Path(parent.path).parent
     files = [str(folder / n) for n in LICENSE_FILES if parent.format != "gguf" and (folder / n).is_file()]
     if parent.format == "gguf":
-        from autocompress.parents.gguf_meta import read_gguf
-
         lic = read_gguf(parent.path).metadata.get("general.license")
         return {"id": str(lic) if lic else None, "source": "GGUF metadata general.license" if lic else None,
                 "files": files}
@@ -134,8 +134,6 @@ def render_card(block: dict, decilm: bool) -> str:
 
 def write_card(out: Path, block: dict, license_files=()) -> None:
     """Put ``block`` into ``out/config.json`` and render ``out/README.md``; copy the parent's license files."""
-    from autocompress.cache import atomic_write_text
-
     cfg_path = Path(out) / "config.json"
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     cfg["autocompress"] = block

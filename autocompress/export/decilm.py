@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autocompress.ir import MLP, Architecture, Attention
+from autocompress.parents.hf_config import ffn_mult_to_intermediate_size
 
 if TYPE_CHECKING:
     import torch
@@ -145,8 +146,6 @@ def expected_shapes(cfg: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
             kv = None if a["no_op"] else heads // a["n_heads_in_group"]
             width = None if f["no_op"] else f.get("intermediate_size")
             if width is None and not f["no_op"]:
-                from autocompress.modeling.configuration_decilm import ffn_mult_to_intermediate_size
-
                 width = ffn_mult_to_intermediate_size(f["ffn_mult"], d)
         p = f"model.layers.{i}."
         if kv is not None:

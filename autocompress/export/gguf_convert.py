@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 
 from autocompress.cache import atomic_dir, atomic_write_json, cache_root, code_digest, key, sha256_file
 from autocompress.export.manifest import MANIFEST, manifest_dict, replaceable
+from autocompress.parents.aliases import ALIASES
+from autocompress.parents.gguf_meta import read_gguf
 
 
 def gguf_cache_dir(gguf_path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
@@ -75,8 +78,6 @@ def _tensor_progress(progress):
 
 def _add_terms(folder: Path, terms: Path | None, notice: str) -> None:
     """The licence file and a NOTICE in ``folder`` (each written atomically; idempotent)."""
-    import shutil
-
     if terms is None:
         return
     if not (folder / terms.name).is_file():
@@ -129,8 +130,6 @@ def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = 
             del loaded
             plain.save_pretrained(tmp)
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-            from autocompress.parents.gguf_meta import read_gguf
-
             wants_bos = bool(read_gguf(gguf_path).metadata.get("tokenizer.ggml.add_bos_token", False))
             if wants_bos and tok.bos_token_id is not None and tok("a")["input_ids"][:1] != [tok.bos_token_id]:
                 tok.add_bos_token = True  # transformers 5.19 does not map the GGUF key (gguf_tokenizer_mapping.py)
@@ -143,8 +142,6 @@ def convert_gguf(gguf_path: str | os.PathLike, root: str | os.PathLike | None = 
 
 def convert_alias(alias: str = "smollm2-135m", root: str | os.PathLike | None = None, progress=None) -> Path:
     """Convert a built-in GGUF parent alias (located without importing its package)."""
-    from autocompress.parents.aliases import ALIASES
-
     info = ALIASES[alias]
     path = info.locate()
     if path is None:

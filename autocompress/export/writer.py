@@ -20,6 +20,7 @@ from autocompress.data.corpus import TOKENIZER_FILES as TOKENIZING_FILES
 from autocompress.export.decilm import (check_decilm_servable, checked_tensors, decilm_config_from_architecture, llama_config_from_architecture)
 from autocompress.export.manifest import MANIFEST, manifest_dict, replaceable
 from autocompress.ir import Architecture
+from autocompress.modeling import register as modeling
 
 if TYPE_CHECKING:
     import torch
@@ -76,7 +77,7 @@ def _export(out_dir, cfg: dict[str, Any], state_dict, tokenizer_dir, overwrite: 
     dtype = str(dtypes.pop()).removeprefix("torch.")
 
     if decilm:
-        from autocompress.modeling import register as modeling
+        # transformers at import (the file ships inside every DeciLM checkpoint): loaded with torch, here
         from autocompress.modeling.configuration_decilm import DeciLMConfig
 
         config = DeciLMConfig(**cfg)  # the copied class must accept what we write

@@ -17,14 +17,13 @@ import collections
 import json
 from pathlib import Path
 
+from autocompress.cache import atomic_write_json, cache_root
 from autocompress.progress import Progress
 
 PROGRESS = "@acc-progress "  # the worker's marker (measure.worker.PROGRESS is the same string)
 
 
 def _starts_file() -> Path:
-    from autocompress.cache import cache_root
-
     return cache_root() / "engine" / "start_times.json"
 
 
@@ -36,8 +35,6 @@ def last_start_s(engine: str) -> float | None:
 
 
 def record_start_s(engine: str, seconds: float) -> None:
-    from autocompress.cache import atomic_write_json
-
     path = _starts_file()
     try:
         known = json.loads(path.read_text())

@@ -21,7 +21,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autocompress.measure import runner
+from autocompress.measure.journal import RunJournal, journal_key
 from autocompress.measure.worker import peak_memory
+from autocompress.progress import Progress
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s")
 
@@ -95,15 +98,12 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
     own (``measure.events``). ``journal``: a file that records every run, so that an interrupted
     schedule resumes (``measure.journal``); a resumed run's entry in ``runs`` says ``resumed``. The
     caller calls ``close()`` on the result once it has saved it."""
-    from autocompress.measure.runner import run_worker
-    from autocompress.progress import Progress
-
     progress = progress or Progress()
     if run is None:
         names = {str(f): n for n, f in models.items()}  # a run's tasks are named by its model
 
         def run(folder, lim):
-            return run_worker(folder, target, workloads, lim, work, threads, progress=progress,
+            return runner.run_worker(folder, target, workloads, lim, work, threads, progress=progress,
                               label=names[str(folder)])
     lim_of = (lambda name: limits[name]) if isinstance(limits, dict) else (lambda name: limits)
     others = [m for m in models if m != reference]
@@ -114,8 +114,6 @@ def measure_interleaved(models: dict[str, Path], reference: str, target, workloa
 
     jr = None
     if journal is not None:
-        from autocompress.measure.journal import RunJournal, journal_key
-
         jr = RunJournal(journal, journal_key(models, reference, target, workloads, limits, passes, threads,
                                              {"max_other_cpu": max_other_cpu, "retries": retries}), log=log)
     session = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.urandom(3).hex()}"  # one call of this function

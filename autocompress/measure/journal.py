@@ -27,9 +27,12 @@ from collections import deque
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
+from autocompress.cache import code_digest
+from autocompress.cost.machine import this_machine
+from autocompress.measure.runner import engine_versions, target_dict
+from autocompress.parents.resolve import WEIGHT_SUFFIXES
+
 MAX_AGE_S = 24 * 3600  # a day: the host's level has moved by then, but the seam keeps ratios honest
-
-
 
 
 def folder_signature(folder: Path) -> dict:
@@ -38,8 +41,6 @@ def folder_signature(folder: Path) -> dict:
     its measurements), the tokenizer files, and the name and size of every weight file. Not the
     weights' values: a model with the same shapes runs the same kernels, and hashing 500 MB per
     model would cost seconds. Reports, plots and cards beside the model are not part of it."""
-    from autocompress.parents.resolve import WEIGHT_SUFFIXES
-
     folder = Path(folder)
     cfg = folder / "config.json"
     config = None
@@ -57,18 +58,14 @@ def journal_key(models: dict, reference: str, target, workloads, limits, passes,
     """sha256 of everything the schedule's results depend on (see the module docstring): the
     models in schedule order, the settings, this machine and its engine versions, the environment
     the worker reads, and the measurement code."""
-    from autocompress.cache import code_digest
-    from autocompress.cost.machine import this_machine
-    from autocompress.measure.runner import _target_dict, _versions
-
     def plain(x):
         return asdict(x) if is_dataclass(x) else x
     lim = {n: plain(v) for n, v in limits.items()} if isinstance(limits, dict) else plain(limits)
     engine = getattr(target, "engine", None) or "none"
     doc = {"order": list(models), "models": {n: folder_signature(f) for n, f in models.items()}, "reference": reference,
-           "target": _target_dict(target) if target is not None else None, "workloads": workloads,
+           "target": target_dict(target) if target is not None else None, "workloads": workloads,
            "limits": lim, "passes": passes, "threads": threads, "rule": rule,
-           "machine": this_machine(engine).fingerprint, "versions": _versions(engine),
+           "machine": this_machine(engine).fingerprint, "versions": engine_versions(engine),
            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("OMP_", "ACC_MEASURE", "VLLM_"))},
            "code": code_digest("autocompress.measure.worker", "autocompress.measure.interleave")}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

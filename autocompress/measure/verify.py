@@ -27,7 +27,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from autocompress.cache import atomic_write_text
+from autocompress.export import gguf_convert
+from autocompress.export.card import update_measured
+from autocompress.families.registry import engine_gap
+from autocompress.feasibility.exact import evaluate
+from autocompress.lang.api import load_spec
+from autocompress.lang.model import ParentRef
+from autocompress.measure import interleave, presence, verify_paired
+from autocompress.measure.engines.base import derive_limits
+from autocompress.measure.engines.base import percentile as pct
+from autocompress.measure.paired import PairedResult
+from autocompress.measure.runner import workload_dict
 from autocompress.measure.worker import MEMORY_SOURCES, peak_memory
+from autocompress.parents.resolve import resolve_parent
+from autocompress.plan.derive import derive
+from autocompress.progress import as_progress
+from autocompress.report.verify import render_verify_markdown
 
 METRIC_SAMPLE = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
 
@@ -50,8 +66,6 @@ def _value(metric: str, percentile, inter, name: str, workload: str | None) -> f
     """The measured value a bound is judged on: the mean over the runs of each run's median, or the
     bound's percentile of all samples pooled; memory: the mean memory figure of the model's processes
     (``worker.memory_figure``: host peak RSS on the CPU, the engine's measured need on a GPU)."""
-    from autocompress.measure.engines.base import percentile as pct
-
     if metric == "memory":
         return float(inter.peak_memory[name])
     if percentile is None or metric == "throughput":
@@ -74,13 +88,10 @@ def _holds(op: str, bound: float, value: float) -> bool:
 
 def _models(out: Path, spec, base: str, log) -> dict[str, Path]:
     """model, parent (the reference) and the uniform baseline when the build made one."""
-    from autocompress.export.gguf_convert import weights_folder
-    from autocompress.parents.resolve import resolve_parent
-
     models = {"model": out}
     parent = resolve_parent(spec.parent, base)
     if parent.has_weights:
-        models["parent"] = weights_folder(spec.parent.value, parent)
+        models["parent"] = gguf_convert.weights_folder(spec.parent.value, parent)
     report = out / "autocompress-report.json"
     b = json.loads(report.read_text()).get("baseline") if report.is_file() else None
     if b and (Path(base) / b["output"] / "config.json").is_file():
@@ -94,18 +105,6 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     runs, and per run the engine start and each workload's requests, with rate and ETA. ``pairings``
     K > 0: the ratios to the parent also measured with paired engines in K process pairs per model
     (``measure.verify_paired``), shown with their SE in place of the interleaved ones."""
-    from autocompress.cache import atomic_write_text
-    from autocompress.feasibility.exact import evaluate
-    from autocompress.lang.api import load_spec
-    from autocompress.lang.model import ParentRef
-    from autocompress.measure.engines.base import derive_limits
-    from autocompress.measure.interleave import measure_interleaved
-    from autocompress.measure.presence import engine_available, hardware_present
-    from autocompress.measure.runner import workload_dict
-    from autocompress.parents.resolve import resolve_parent
-    from autocompress.plan.derive import derive
-    from autocompress.progress import as_progress
-
     progress = as_progress(progress if progress is not None else log)
     log = progress.log
     out = Path(out_dir)
@@ -118,14 +117,12 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     # calibrated on, cost.machine.parent_tag), as the build looked it up, not by the student's shape
     derived = derive(spec, resolve_parent(spec.parent, base).architecture, base)
     prof = derived.profile
-    present, where = hardware_present(derived.device)
-    eng_ok, eng_why = engine_available(spec.target.engine)
+    present, where = presence.hardware_present(derived.device)
+    eng_ok, eng_why = presence.engine_available(spec.target.engine)
     env_note = where if present else f"not measured: {where}"
     if present and not eng_ok:
         env_note = f"not measured: {eng_why}"
     inter = paired = None
-    from autocompress.families.registry import engine_gap
-
     gap = engine_gap(archs["model"], spec.target.engine, derived.device.kind)
     if present and eng_ok and gap:
         eng_ok, env_note = False, f"not measured: {gap}"
@@ -135,7 +132,7 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
             archs.setdefault(name, resolve_parent(ParentRef("hf_dir", str(Path(folder).resolve())), base).architecture)
         limits = {n: derive_limits(a, spec.target, spec.workloads, threads=threads) for n, a in archs.items()}
         # sample until each metric's SE is below 2% (or 60 s per workload); at least 8 requests on CPU,
-        # where one request's step time varies ~10% (docs/decisions.md, 2026-11-30)
+        # where one request's step time varies ~10%
         if requests is None:
             requests = max(8 if derived.device.kind == "cpu" else 4, 2 * max(w.concurrency for w in spec.workloads))
         wls = [workload_dict(w, requests=requests, iterations=max(3, requests // 4), target_se=0.02, max_s=60.0)
@@ -144,39 +141,33 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
         log(f"[verify] {len(wls)} workload(s) in {spec.target.engine} on {where}: {', '.join(models)}, interleaved "
             f"with the {ref} (threads {threads or os.cpu_count()}; load average {os.getloadavg()[0]:.2f})")
         work = out.parent / f".{out.name}.acc" / "verify"
-        inter = measure_interleaved(models, ref, spec.target, wls, limits, work, passes=passes, threads=threads, log=log,
-                                    progress=progress, journal=work / "journal.jsonl")
+        inter = interleave.measure_interleaved(models, ref, spec.target, wls, limits, work, passes=passes,
+                                               threads=threads, log=log, progress=progress,
+                                               journal=work / "journal.jsonl")
         if pairings and (ref != "parent" or len(models) < 2):
             log("[verify] --pairings: no parent to pair the model with; the ratios are the interleaved ones")
             paired = {"pairings": pairings, "error": "no parent to pair the model with (the spec's parent has no "
                       "weights here)"}
         elif pairings:
-            from autocompress.measure.verify_paired import measure_ratios, summary
-
             log(f"[verify] ratios to the parent with paired engines: {pairings} process pair(s) per model")
             try:
-                paired = summary(measure_ratios(models, spec.target, wls, limits, work, pairings, threads, log),
-                                 pairings)
+                paired = verify_paired.summary(
+                    verify_paired.measure_ratios(models, spec.target, wls, limits, work, pairings, threads, log),
+                    pairings)
             except Exception as err:  # noqa: BLE001 - the interleaved verdicts stand; the report says what is missing
                 # (an interrupt is not caught: the saved cells resume on the next verify)
                 log(f"[verify] paired engines failed ({err}); the ratios stay the interleaved ones")
                 paired = {"pairings": pairings, "error": str(err)}
     predicted = {n: evaluate(a, spec, prof, derived.device, derived.limits) for n, a in archs.items()}
     report = _report(spec, spec_path, out, derived, predicted, inter, env_note, paired)
-    from autocompress.report.verify import render_verify_markdown
-
     atomic_write_text(out / "verify-report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     atomic_write_text(out / "verify-report.md", render_verify_markdown(report))
-    from autocompress.export.card import update_measured
-
     if inter and update_measured(out, report):  # the model card's measured column
         log(f"[verify] measured costs written to {out.name}/README.md and config.json")
     if inter:
         inter.close()  # saved: the run journal goes
     if paired and "error" not in paired:  # and the paired cells (an error's are kept for a resumed verify)
-        from autocompress.measure.verify_paired import finish
-
-        finish(work)
+        verify_paired.finish(work)
     judged = [r["pass"] if inter else r["predicted_ok"] for r in report["bounds"]]
     return VerifyResult(report, 0 if all(judged) else 1)
 
@@ -189,11 +180,11 @@ def _index(inter, predicted, workload: str, metric: str) -> float | None:
     return inter.absolute[inter.reference][workload][METRIC_SAMPLE[metric]] / pred.predicted
 
 
-def _per_pass(inter, name: str, metric: str, workload: str | None) -> list[float]:
+def per_pass(inter, name: str, metric: str, workload: str | None) -> list[float]:
     """The model's value over ``name``'s, pass by pass (runs of one pass are minutes apart): the A/B
     ratio measured directly, without the reference between. On this host the parent's TPOT swung
     56-90 ms within one verify while both Gemma arms held 50-53 ms, so an A/B read through the
-    parent's ratios inherits the parent's noise (docs/decisions.md, sixth session). Where a resumed
+    parent's ratios inherits the parent's noise. Where a resumed
     verify measured the two in different sessions, the direct ratio would carry the host's change
     between them; that pass's A/B is read through each one's own neighbouring references instead.
     Where the model is the reference, its value is the mean of ``name``'s two neighbours."""
@@ -220,9 +211,6 @@ def _per_pass(inter, name: str, metric: str, workload: str | None) -> list[float
 
 
 def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_note: str, paired=None) -> dict:
-    from autocompress.measure.paired import PairedResult
-    from autocompress.measure.verify_paired import quotient, ratio
-
     ev = predicted["model"]
     pres = PairedResult.from_dict(paired["result"]) if paired and "result" in paired else None
     rows = []
@@ -241,7 +229,7 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
                 pref = next(x for x in predicted[inter.reference].checks if x.name == c.name)
                 row.update(ratio_measured=inter.ratio["model"][c.workload][key],
                            ratio_predicted=c.predicted / pref.predicted)
-                got = ratio(pres, "model", c.workload, key)
+                got = verify_paired.ratio(pres, "model", c.workload, key)
                 if got:  # the paired ratio replaces the interleaved one, which stays beside it
                     row.update(ratio_measured=got[0], ratio_se=got[1],
                                ratio_interleaved=inter.ratio["model"][c.workload][key])
@@ -250,10 +238,11 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
             if others:
                 row["others"] = {n: {"measured": v, "pass": _holds(c.op, c.bound, v),
                                      "predicted": next(x for x in predicted[n].checks if x.name == c.name).predicted,
-                                     "model_over_this": _per_pass(inter, n, c.metric, c.workload)}
+                                     "model_over_this": per_pass(inter, n, c.metric, c.workload)}
                                  for n, v in others.items()}
                 for n, o in row["others"].items():
-                    q = quotient(pres, "model", n, c.workload, METRIC_SAMPLE[c.metric]) if c.metric != "memory" else None
+                    q = (verify_paired.quotient(pres, "model", n, c.workload, METRIC_SAMPLE[c.metric])
+                         if c.metric != "memory" else None)
                     if q:
                         o.update(model_over_this_paired=q[0], model_over_this_se=q[1])
         rows.append(row)

@@ -24,19 +24,20 @@ import math
 import time
 from pathlib import Path
 
+from autocompress.cache import atomic_write_text, code_digest
+from autocompress.measure import paired
+from autocompress.measure.journal import MAX_AGE_S, journal_key
+from autocompress.measure.paired import PairedResult, Sampling, measure_paired
+
 # a cell-pairing: 2 rounds at least, then pairs of rounds until the SE of its TPOT, E2E and throughput
 # ratios is below 2.5%, at most 8 rounds (the fidelity benchmark's settings)
 ROUNDS, TARGET_SE, MAX_ROUNDS = 2, 0.025, 8
 
 
 def _key(models: dict, target, wls: list[dict], limits, pairings: int, threads) -> str:
-    from autocompress.cache import code_digest
-    from autocompress.measure.journal import journal_key
-
     rule = {"rounds": ROUNDS, "target_se": TARGET_SE, "max_rounds": MAX_ROUNDS, "pairings": pairings}
     base = journal_key(models, "parent", target, wls, limits, f"paired-{pairings}", threads, rule)
-    code = code_digest("autocompress.measure.paired", "autocompress.measure.paired_stats",
-                       "autocompress.measure.verify_paired")
+    code = code_digest("autocompress.measure.paired", "autocompress.measure.verify_paired")
     return hashlib.sha256(f"{base} {code}".encode()).hexdigest()
 
 
@@ -44,10 +45,6 @@ def measure_ratios(models: dict[str, Path], target, wls: list[dict], limits, wor
                    threads=None, log=print, start_engine=None):
     """Every model of ``models`` but the parent against the parent (``measure.paired``, ``pairings``
     pairs of fresh processes each), resumed from ``work/paired.json`` when its key matches."""
-    from autocompress.cache import atomic_write_text
-    from autocompress.measure.journal import MAX_AGE_S
-    from autocompress.measure.paired import PairedResult, Sampling, measure_paired, start
-
     key, path = _key(models, target, wls, limits, pairings, threads), Path(work) / "paired.json"
     done = None
     if path.is_file():
@@ -66,7 +63,7 @@ def measure_ratios(models: dict[str, Path], target, wls: list[dict], limits, wor
         atomic_write_text(path, json.dumps({"key": key, "result": r.as_dict()}))
     rule = Sampling(ROUNDS, target_se=TARGET_SE, max_rounds=MAX_ROUNDS)
     return measure_paired(models, "parent", target, wls, limits, Path(work) / "paired-requests", rounds=rule,
-                          threads=threads, log=log, start_engine=start_engine or start, done=done, save=save,
+                          threads=threads, log=log, start_engine=start_engine or paired.start, done=done, save=save,
                           pairings=pairings)
 
 
@@ -75,23 +72,23 @@ def finish(work: Path) -> None:
     (Path(work) / "paired.json").unlink(missing_ok=True)
 
 
-def ratio(paired, name: str, workload: str, key: str) -> tuple[float, float] | None:
+def ratio(result: PairedResult | None, name: str, workload: str, key: str) -> tuple[float, float] | None:
     """(``name`` over the parent, its relative SE) for one workload and metric, or None (nothing paired)."""
-    cell = None if paired is None else paired.ratio.get(name, {}).get(workload)
-    return None if cell is None else (cell[key], paired.se[name][workload][key])
+    cell = None if result is None else result.ratio.get(name, {}).get(workload)
+    return None if cell is None else (cell[key], result.se[name][workload][key])
 
 
-def quotient(paired, a: str, b: str, workload: str, key: str) -> tuple[float, float] | None:
+def quotient(result: PairedResult | None, a: str, b: str, workload: str, key: str) -> tuple[float, float] | None:
     """``a`` over ``b`` through their paired ratios to the parent (each pair of processes cancels the
     host's drift for itself), with the relative SEs added in quadrature."""
-    ra, rb = ratio(paired, a, workload, key), ratio(paired, b, workload, key)
+    ra, rb = ratio(result, a, workload, key), ratio(result, b, workload, key)
     if ra is None or rb is None:
         return None
     return ra[0] / rb[0], math.hypot(ra[1], rb[1])
 
 
-def summary(paired, pairings: int) -> dict:
+def summary(result: PairedResult, pairings: int) -> dict:
     """What the report says of the paired measurement (the cells themselves are in ``result``)."""
-    rounds = sum(len(x["tpot_s"]) for m in paired.per_round.values() for x in m.values())
-    return {"pairings": pairings, "rounds": rounds, "seconds": paired.seconds,
-            "engine_starts": len(paired.start_seconds), "result": paired.as_dict()}
+    rounds = sum(len(x["tpot_s"]) for m in result.per_round.values() for x in m.values())
+    return {"pairings": pairings, "rounds": rounds, "seconds": result.seconds,
+            "engine_starts": len(result.start_seconds), "result": result.as_dict()}

@@ -19,6 +19,9 @@ import sys
 import time
 from dataclasses import asdict
 
+from autocompress.lang.model import Target, Workload
+from autocompress.measure.engines import adapters
+from autocompress.measure.engines.base import EngineLimits, RunSettings, peak_rss_bytes
 from autocompress.measure.events import PROGRESS  # stderr lines the parent reads as progress events
 
 
@@ -40,9 +43,6 @@ def emit(event: str, **fields) -> None:
 
 def run_workload(eng, w: dict, settings, seed: int) -> dict:
     """One workload on a loaded engine: its ``Measurement`` as a dict, with ``other_cpu``."""
-    from autocompress.lang.model import Workload
-    from autocompress.measure.engines.base import RunSettings
-
     wl = Workload(name=w["name"], concurrency=w["concurrency"], mode=w["mode"], input_tokens=w["input_tokens"],
                   output_tokens=w["output_tokens"], prefix_cache=w.get("prefix_cache", 0.0))
     s = RunSettings(warmup=w.get("warmup", settings.warmup), iterations=w.get("iterations", settings.iterations),
@@ -100,10 +100,6 @@ def run_request(req: dict, commands=None) -> dict:
     (``{"workload": {...}, "out": PATH, "seed": N}``), writing each result to its ``out`` and then
     emitting ``done``; an empty line or end of input ends it. This is ``measure.paired``'s engine:
     two of them stay loaded and take turns every few seconds."""
-    from autocompress.measure.engines.adapters import open_engine
-    from autocompress.measure.engines.base import EngineLimits, RunSettings, peak_rss_bytes
-    from autocompress.lang.model import Target
-
     target = Target(**req["target"])
     limits = EngineLimits(**req["limits"])
     settings = RunSettings(**req.get("settings", {}))
@@ -111,7 +107,7 @@ def run_request(req: dict, commands=None) -> dict:
     out = {"model_dir": req["model_dir"], "measurements": [], "load_before": load_before}
     t0 = time.perf_counter()
     emit("load", engine=target.engine)
-    with open_engine(target.engine).load(req["model_dir"], target, limits) as eng:
+    with adapters.open_engine(target.engine).load(req["model_dir"], target, limits) as eng:
         out["load_s"] = round(time.perf_counter() - t0, 3)
         emit("loaded", seconds=out["load_s"])
         for w in req["workloads"]:

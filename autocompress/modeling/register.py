@@ -3,14 +3,15 @@
 ``configuration_decilm.py`` and ``modeling_decilm.py`` (and the NemotronH-Puzzle pair) are
 self-contained: the exporter copies them into each checkpoint (``auto_map``), so stock
 transformers and vLLM load the result with ``trust_remote_code=True`` without autocompress
-installed. Importing this package imports nothing
-heavy; ``register()`` (which imports torch and transformers) makes ``AutoConfig`` and
-``AutoModelForCausalLM`` resolve ``model_type: nemotron-nas`` and ``nemotron_h_puzzle`` in this process
-without remote code.
+installed. Importing this module imports nothing heavy: the model classes import transformers and
+torch at their top (they must, as standalone files), so ``register()`` and ``causal_lm_class()``
+import them when called. ``register()`` makes ``AutoConfig`` and ``AutoModelForCausalLM`` resolve
+``model_type: nemotron-nas`` and ``nemotron_h_puzzle`` in this process without remote code.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 #: The files copied into a DeciLM checkpoint, and the auto_map that points at them.
@@ -49,13 +50,11 @@ def causal_lm_class(folder):
     """The class that loads an exported folder without remote code: our heterogeneous Gemma 3
     class (imported in-process: the same file the folder ships) or ``AutoModelForCausalLM``
     (after ``register()`` for DeciLM / NemotronH-Puzzle)."""
-    import json
-
     config = json.loads((Path(folder) / "config.json").read_text())
     if GEMMA3_ARCHITECTURE in (config.get("architectures") or []):
-        from autocompress.modeling.modeling_gemma3_hetero import AutocompressGemma3ForCausalLM
+        from autocompress.modeling import modeling_gemma3_hetero  # transformers, torch
 
-        return AutocompressGemma3ForCausalLM
+        return modeling_gemma3_hetero.AutocompressGemma3ForCausalLM
     from transformers import AutoModelForCausalLM
 
     register()
@@ -68,8 +67,6 @@ def own_code(folder) -> bool:
     folder with no ``auto_map`` needs no remote code (False); one whose files differ, or that names
     a module we do not ship, is never trusted (an untrusted checkpoint measured by ``acc verify`` or
     ``acc profile`` must not run its Python)."""
-    import json
-
     try:
         config = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
@@ -90,15 +87,11 @@ def register() -> None:
     classes (idempotent)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from autocompress.modeling.configuration_decilm import DeciLMConfig
-    from autocompress.modeling.configuration_nemotron_h_puzzle import NemotronHPuzzleConfig
-    from autocompress.modeling.modeling_decilm import DeciLMForCausalLM
-    from autocompress.modeling.modeling_nemotron_h_puzzle import NemotronHPuzzleForCausalLM
+    from autocompress.modeling import modeling_decilm, modeling_nemotron_h_puzzle  # transformers, torch
 
-    AutoConfig.register(DeciLMConfig.model_type, DeciLMConfig, exist_ok=True)
-    AutoModelForCausalLM.register(DeciLMConfig, DeciLMForCausalLM, exist_ok=True)
-    AutoConfig.register(NemotronHPuzzleConfig.model_type, NemotronHPuzzleConfig, exist_ok=True)
-    AutoModelForCausalLM.register(NemotronHPuzzleConfig, NemotronHPuzzleForCausalLM, exist_ok=True)
+    for model in (modeling_decilm.DeciLMForCausalLM, modeling_nemotron_h_puzzle.NemotronHPuzzleForCausalLM):
+        AutoConfig.register(model.config_class.model_type, model.config_class, exist_ok=True)
+        AutoModelForCausalLM.register(model.config_class, model, exist_ok=True)
 
 
 __all__ = ["DECILM_AUTO_MAP", "DECILM_FILES", "GEMMA3_ARCHITECTURE", "GEMMA3_AUTO_MAP", "GEMMA3_FILES", "PUZZLE_AUTO_MAP", "PUZZLE_FILES",

@@ -3,7 +3,7 @@
 An interleaved run's JSON keeps every model's ratio to the parent. This rebuilds that run's rows,
 fits a profile with this checkout's model and fitter on the calibration ratios (the JSON's own,
 or ``--calibration-from``'s), and prints the held-out ratio errors and each held-out run's TPOT /
-E2E error. ``--params FILE`` scores a stored parameter set (``fit._params`` as JSON, as
+E2E error. ``--params FILE`` scores a stored parameter set (``fit.fit_params`` as JSON, as
 ``--save-params`` writes) instead of fitting, so a profile fitted by an earlier commit can be
 scored on a later run's architectures; ``--own-fit`` scores the profile the run fitted itself.
 
@@ -125,7 +125,7 @@ def ref_agreeing(inter, within: float):
 
 
 def own_params(fitted: dict) -> dict[str, float]:
-    """``fit._params``'s flat form of a fidelity JSON's ``fitted`` block (per-op efficiencies, kernel)."""
+    """``fit.fit_params``'s flat form of a fidelity JSON's ``fitted`` block (per-op efficiencies, kernel)."""
     p = {f"{c}.{k}": v for c, e in fitted["per_op"].items() for k, v in e.items()}
     return p | fitted["kernel"]
 
@@ -136,12 +136,12 @@ def fitted_profile(path: str):
     start from the GPU's default, as its fit did."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.calibrate.fit import KERNEL_KEYS, _profile
+    from autocompress.calibrate.fit import KERNEL_KEYS, with_params
 
     run = json.loads(Path(path).read_text())
     device = resolve_device(run_hardware(run))
     base = load_profile(PROFILE_DIR / f"{device.kind}-vllm-default.json", device, "vllm")
-    return _profile(base, {k: 0.0 for k in KERNEL_KEYS} | own_params(run["fitted"]))
+    return with_params(base, {k: 0.0 for k in KERNEL_KEYS} | own_params(run["fitted"]))
 
 
 def fewer_kv_share(arch, kv_parent: int) -> float:
@@ -154,7 +154,7 @@ def add_arguments(ap) -> None:
     """This mode's options."""
     ap.add_argument("json", help="an interleaved run's JSON")
     ap.add_argument("--calibration-from", metavar="JSON", help="fit on this run's calibration ratios instead")
-    ap.add_argument("--params", metavar="JSON", help="score these stored parameters (fit._params) instead of fitting")
+    ap.add_argument("--params", metavar="JSON", help="score these stored parameters (fit.fit_params) instead of fitting")
     ap.add_argument("--save-params", metavar="JSON", help="write the scored profile's parameters here")
     ap.add_argument("--scan", metavar="KEY=V1,V2,...",
                     help="diagnostic: also score the profile with one constant set to each value in turn (on the "
@@ -175,7 +175,7 @@ def run(args) -> int:
     """Print the refit's scores of the stored run ``args.json``."""
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
-    from autocompress.calibrate.fit import KERNEL_KEYS, _params, _profile, fit_profile, predicted, ratio_errors, summary
+    from autocompress.calibrate.fit import KERNEL_KEYS, fit_params, with_params, fit_profile, predicted, ratio_errors, summary
 
     target, (parent, _) = bench_target(), engine.parent_of("smollm2-135m")
     base = load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm")
@@ -184,11 +184,11 @@ def run(args) -> int:
     if args.params or args.own_fit:  # constants the stored parameters predate are 0: the model without them
         p = {k: 0.0 for k in KERNEL_KEYS} | (own_params(d["fitted"]) if args.own_fit else
                                             json.loads(Path(args.params).read_text()))
-        prof = _profile(base, p)
+        prof = with_params(base, p)
     else:
         prof = fit_profile([cal_rows[n] for n in cd["models"]["calibration"]], base, target, log=print)
     if args.save_params:
-        Path(args.save_params).write_text(json.dumps(_params(prof), indent=1, sort_keys=True) + "\n")
+        Path(args.save_params).write_text(json.dumps(fit_params(prof), indent=1, sort_keys=True) + "\n")
     held = [rows[n] for n in d["models"]["heldout"]]
     ref = rows[inter.reference]
     errs = ratio_errors(held, ref, inter, prof, target)
@@ -210,10 +210,10 @@ def run(args) -> int:
     if args.scan:
         key, values = args.scan.split("=", 1)
         for v in (float(x) for x in values.split(",")):
-            p = _params(prof) | {key: v}
-            if key in KERNEL_KEYS and not v:  # _params lifts a 0 to the search's start; a scan means 0
+            p = fit_params(prof) | {key: v}
+            if key in KERNEL_KEYS and not v:  # fit_params lifts a 0 to the search's start; a scan means 0
                 p[key] = 0.0
-            s = summary(ratio_errors(held, ref, inter, _profile(base, p), target))
+            s = summary(ratio_errors(held, ref, inter, with_params(base, p), target))
             print(f"scan {key}={v:g}: " + "  ".join(f"{k} {e['median']:.1%}/{e['p95']:.1%}" for k, e in s.items()))
     rp = {m["workload"]: predicted(ref["arch"], m, ref["limits"], prof, target) for m in ref["result"]["measurements"]}
     per_wl: dict = {}

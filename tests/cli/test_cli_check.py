@@ -153,7 +153,7 @@ def test_no_architecture_found_in_a_build_is_exit_4(capsys, cache_dir, monkeypat
     reason, not an internal error (the uniform arm on the Gemma host build said so as exit 3)."""
     pytest.importorskip("torch")
     import autocompress.build.pipeline
-    from autocompress.search.strategy import NoArchitecture
+    from autocompress.search.final import NoArchitecture
 
     def none_found(*a, **k):
         raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model")

@@ -8,9 +8,9 @@ from argparse import Namespace
 import pytest
 from _clikit import EXAMPLES
 
-import autocompress.cli.commands as commands
+import autocompress.cli.verify_cmd as verify_cmd
 import autocompress.measure.presence as presence
-from autocompress.cli.main import _verify_build
+from autocompress.cli.build_cmd import verify_build
 
 
 @pytest.mark.parametrize("baseline, passes", [("uniform", 2), (None, 1)])
@@ -18,8 +18,8 @@ def test_the_build_verifies_an_a_b_in_two_passes(monkeypatch, baseline, passes):
     seen = {}
     monkeypatch.setattr(presence, "hardware_present", lambda device: (True, "the host CPU"))
     monkeypatch.setattr(presence, "engine_available", lambda engine: (True, engine))
-    monkeypatch.setattr(commands, "verify", lambda out, spec, threads, requests, console, passes=1, quiet=False:
+    monkeypatch.setattr(verify_cmd, "verify", lambda out, spec, threads, requests, console, passes=1, quiet=False:
                         seen.setdefault("passes", passes) and 0)
     args = Namespace(spec=str(EXAMPLES / "cpu-vllm.acspec"), baseline=baseline, quiet=True)
-    assert _verify_build(args, "out", console=None) == 0
+    assert verify_build(args, "out", console=None) == 0
     assert seen["passes"] == passes

@@ -42,11 +42,11 @@ def _calibration_run(path: Path, parent) -> str:
 
 def _fitted_run(path: Path) -> Path:
     """A stored interleaved CPU run's fitted constants (the default profile's), as ``--fitted`` reads them."""
-    from autocompress.calibrate.fit import KERNEL_KEYS, _params
+    from autocompress.calibrate.fit import KERNEL_KEYS, fit_params
     from autocompress.catalog.hardware import resolve_device
     from autocompress.cost.profile import PROFILE_DIR, load_profile
 
-    p = _params(load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm"))
+    p = fit_params(load_profile(PROFILE_DIR / "cpu-vllm-default.json", resolve_device("cpu"), "vllm"))
     per_op: dict = {}
     for k, v in p.items():
         if k not in KERNEL_KEYS:

@@ -81,8 +81,8 @@ def test_sampling_follows_the_measurement_noise(engine):
     from autocompress.measure.engines.base import relative_se
 
     eng, _ = engine
-    # the sample cap lifted: on a fast host the tiny model served the default 200 in 1.9 s (CI,
-    # seventh session), so the count cap, not the time cap under test, stopped it
+    # the sample cap lifted: on a fast host the tiny model served the default 200 in 1.9 s (CI),
+    # so the count cap, not the time cap under test, stopped it
     tight = eng.run(SERVE, seed=5, settings=RunSettings(warmup=0, requests=2, target_se=1e-9, max_s=3.0,
                                                         max_samples=1_000_000))
     assert tight.n > 2 and tight.elapsed_s >= 3.0 * 0.9  # the SE never reaches 1e-9: the time cap stops it

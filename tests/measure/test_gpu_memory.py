@@ -1,4 +1,4 @@
-"""The GPU memory path without a GPU (issue 12, deliverable 5): what vLLM is told it may take, what a
+"""The GPU memory path without a GPU: what vLLM is told it may take, what a
 GPU memory bound is judged on, and that two paired engines can share a device. vLLM and CUDA are
 replaced by stand-ins that hold what the real ones expose (``EngineCore``'s KV pool and block usage)."""
 

@@ -151,7 +151,7 @@ def test_a_second_interruption_keeps_what_the_resumed_session_measured(tmp_path)
 def test_an_ab_measured_in_two_sessions_is_read_through_each_arms_references(tmp_path):
     """verify's model / baseline per pass: measured directly within a session, and through each
     one's own neighbouring references when a resume put them in different sessions."""
-    from autocompress.measure.verify import _per_pass
+    from autocompress.measure.verify import per_pass
 
     truth = {"P": 1.0, "model": 0.8, "base": 0.9}
 
@@ -172,5 +172,5 @@ def test_an_ab_measured_in_two_sessions_is_read_through_each_arms_references(tmp
     res = ab(AB(1.5))  # seam P, base, P on a host 50% slower
     assert {r["session"] for r in res.runs if r["model"] == "model"} != {r["session"] for r in res.runs
                                                                          if r["model"] == "base"}
-    assert _per_pass(res, "base", "tpot", "w") == pytest.approx([0.8 / 0.9])  # directly it would read 0.593
-    assert _per_pass(res, "base", "memory", None) == pytest.approx([0.8 / 0.9])
+    assert per_pass(res, "base", "tpot", "w") == pytest.approx([0.8 / 0.9])  # directly it would read 0.593
+    assert per_pass(res, "base", "memory", None) == pytest.approx([0.8 / 0.9])

@@ -182,7 +182,7 @@ def test_an_interrupted_run_resumes_without_measuring_its_cells_again(monkeypatc
 
 
 def test_pairings_start_fresh_processes_in_swapped_order_and_count_their_spread_in_the_se(monkeypatch):
-    """Each process carries a level of its own (the twenty-eighth session's batched-prefill offset):
+    """Each process carries a level of its own (an offset on batched prefill, 5-9% on these hosts):
     with two pairings the cell is the mean of both, and its SE is the spread between them."""
     monkeypatch.setattr(paired, "SWITCH_S", 0.0)
     levels = iter([1.0, 1.1, 1.0, 0.9, 1.0, 1.0, 1.0, 1.0])  # one per process, in start order

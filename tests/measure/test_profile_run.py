@@ -1,8 +1,8 @@
 """``acc profile``'s path after the engine runs, on a stand-in engine: the profile file is written,
 with the run count of an interleaved schedule and a margin from all of the reference's runs, and the
-run journal is removed once it is saved. b8d2256 renamed
-``Interleaved.results`` to ``results_of`` and left ``run_profile`` on the old name; every unit test
-passed, and the README's main command failed after 10 minutes of calibration on a new machine."""
+run journal is removed once it is saved. Without this test a rename in ``Interleaved`` that
+``run_profile`` missed passed every unit test and failed the README's main command after 10 minutes
+of calibration."""
 
 import json
 from pathlib import Path
@@ -38,7 +38,7 @@ def _stand_in_engine(tmp_path, monkeypatch):
     monkeypatch.setattr(fit, "fit_profile", lambda rows, base, target, **kw: base)  # minutes of least squares
     monkeypatch.setattr(presence, "engine_available", lambda engine: (True, ""))
     # the stand-in engine needs no tokenizer: skip the GGUF conversion
-    monkeypatch.setattr(profile, "_tokenizer_dir", lambda *a, **k: tmp_path)
+    monkeypatch.setattr(profile, "tokenizer_dir", lambda *a, **k: tmp_path)
 
 
 def test_a_quick_profile_is_written_from_an_interleaved_measurement(tmp_path, monkeypatch):

@@ -77,7 +77,7 @@ def test_profile_dict_is_a_valid_measured_profile(base, truth, archs):
     from autocompress.cost.profile import Profile
 
     known = summary(errors(_rows(truth, archs[:2]), truth, TARGET))
-    # acc profile also stores the held-out error of the ratios to the parent (issue 12)
+    # acc profile also stores the held-out error of the ratios to the parent
     known.update({f"ratio.{k}": {"median": 0.04, "p95": 0.09, "samples": 2} for k in ("ttft", "tpot", "e2e", "throughput")})
     doc = profile_dict(truth, "cpu-vllm-test", known, "test", "2026-11-30")
     prof = Profile.from_dict(doc)
@@ -97,14 +97,14 @@ def test_cpu_efficiency_may_exceed_the_placeholder_peak_but_gpu_may_not(base):
     import json
 
     from autocompress.cost.profile import PROFILE_DIR, Profile, ProfileError
-    from autocompress.calibrate.fit import _cap, _params, _profile
+    from autocompress.calibrate.fit import efficiency_cap, fit_params, with_params
 
-    p = _params(base)
+    p = fit_params(base)
     p["gemm.compute"] = 2.5
-    assert base.hardware == "cpu" and dict(_profile(base, p).per_op)["gemm"].compute == 2.5
+    assert base.hardware == "cpu" and dict(with_params(base, p).per_op)["gemm"].compute == 2.5
     doc = json.loads((PROFILE_DIR / "gpu-vllm-default.json").read_text())
     gpu = Profile.from_dict(doc)
-    assert _cap(gpu) == 1.0
+    assert efficiency_cap(gpu) == 1.0
     doc["efficiency"].setdefault("per_op", {})["gemm"] = {"compute": 1.5, "memory": 0.8}
     with pytest.raises(ProfileError, match="gemm above 1"):
         Profile.from_dict(doc)

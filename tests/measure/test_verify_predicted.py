@@ -1,5 +1,5 @@
 """``acc verify`` where nothing can be measured: the report says "predicted" and never shows a
-prediction as a measurement (issue 4: a GPU target on a machine without that GPU)."""
+prediction as a measurement (a GPU target on a machine without that GPU)."""
 
 from __future__ import annotations
 

@@ -13,16 +13,12 @@ imported here: torch, transformers and vllm load inside the adapters' ``load``.
 from __future__ import annotations
 
 from autocompress.measure.engines.base import Engine
+from autocompress.measure.engines.hf_engine import HFEngine
+from autocompress.measure.engines.vllm_engine import VLLMEngine
 
-ADAPTERS = {  # engine name -> (module, class)
-    "vllm": ("autocompress.measure.engines.vllm_engine", "VLLMEngine"),
-    "transformers": ("autocompress.measure.engines.hf_engine", "HFEngine"),
-}
+ADAPTERS = {"vllm": VLLMEngine, "transformers": HFEngine}  # engine name -> adapter class
 
 
 def open_engine(name: str, **kwargs) -> Engine:
     """An unloaded adapter for engine ``name``; call ``load`` (or use it as a context manager after)."""
-    import importlib
-
-    module, cls = ADAPTERS[name]
-    return getattr(importlib.import_module(module), cls)(**kwargs)
+    return ADAPTERS[name](**kwargs)

@@ -17,11 +17,20 @@ Nothing here imports torch or an engine: adapters import theirs inside ``load``.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
+import resource
+import struct
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from autocompress.catalog.engines import SchedulerLimits, scheduler_defaults
+from autocompress.catalog.hardware import resolve_device
+from autocompress.cost.memory import memory_breakdown
 
 PERCENTILES = (50.0, 90.0, 99.0)
 SAMPLE_METRICS = ("ttft_s", "tpot_s", "e2e_s")
@@ -217,8 +226,6 @@ def peak_rss_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
@@ -233,8 +240,6 @@ def reset_peak_rss() -> bool:
 
 
 def package_versions(*names: str) -> tuple[tuple[str, str], ...]:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = []
     for n in names:
         try:
@@ -259,9 +264,6 @@ def host_device(kind: str) -> str:
 
 
 def model_vocab(model_dir) -> int:
-    import json
-    from pathlib import Path
-
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     return int(cfg.get("vocab_size") or cfg["text_config"]["vocab_size"])
 
@@ -272,10 +274,6 @@ def checkpoint_weight_bytes(model_dir, elem_bytes: int) -> int:
     vLLM on CPU repacks linear weights into oneDNN buffers and drops the Parameters, so counting the
     module's parameters after loading sees only the embedding; the checkpoint is the reliable count.
     """
-    import json
-    import struct
-    from pathlib import Path
-
     total = 0
     for f in sorted(Path(model_dir).glob("*.safetensors")):
         with open(f, "rb") as fh:
@@ -314,10 +312,6 @@ def derive_limits(arch, target, workloads, scheduler=None, slack: int = 16, enfo
     spec's memory limit as what vLLM may ask for. CUDA graphs (``enforce_eager`` False) on a GPU, as the
     cost model and the plan assume there; eager on the CPU, where torch.compile takes about a minute per
     start and the model charges no graph."""
-    from autocompress.catalog.engines import SchedulerLimits, scheduler_defaults
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.cost.memory import memory_breakdown
-
     workloads = tuple(workloads)
     device = resolve_device(target.hardware)
     if scheduler is None:

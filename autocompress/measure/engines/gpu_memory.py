@@ -1,4 +1,4 @@
-"""What a vLLM engine on a GPU is given, and what it is measured to need (issue 12, GPU path).
+"""What a vLLM engine on a GPU is given, and what it is measured to need.
 
 vLLM on a GPU takes ``gpu_memory_utilization`` x the device's memory whatever the model, and fills
 what its weights, profile-run activations, non-torch allocations and CUDA graphs leave with KV
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 
+from autocompress.catalog.engines import ENGINES
+
 GiB = 1 << 30
 
 
@@ -37,8 +39,6 @@ class GpuMemoryError(ValueError):
 
 
 def default_share() -> float:
-    from autocompress.catalog.engines import ENGINES
-
     return float(ENGINES["vllm"].gpu_memory_utilization)
 
 

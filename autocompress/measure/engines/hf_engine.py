@@ -24,7 +24,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+
+from autocompress.catalog.hardware import resolve_device
 from autocompress.measure.engines.base import (EngineLimits, Memory, Measurement, RunSettings, Sample, Ticker, host_device, model_vocab, package_versions, peak_rss_bytes, prompt_batch, reset_peak_rss, rss_bytes, shared_prefix, summarize)
+from autocompress.modeling.register import causal_lm_class, register
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -52,9 +56,6 @@ class HFEngine:
     def load(self, model_dir, target, limits: EngineLimits | None = None) -> "HFEngine":
         import torch
 
-        from autocompress.catalog.hardware import resolve_device
-        from autocompress.modeling.register import register
-
         register()  # our DeciLM classes, in this process: the export's own code, without trust_remote_code
 
         if target.weight_precision not in _DTYPES:
@@ -68,8 +69,7 @@ class HFEngine:
         reset_peak_rss()
         t0 = time.perf_counter()
         dtype = getattr(torch, _DTYPES[target.weight_precision])
-        from autocompress.modeling.register import causal_lm_class  # Gemma 3 hetero: our class, in-process
-
+        # Gemma 3 hetero: our class, in-process; DeciLM / NemotronH-Puzzle: the Auto classes after register()
         model = causal_lm_class(model_dir).from_pretrained(Path(model_dir), dtype=dtype, trust_remote_code=False,
                                                            attn_implementation=self.attn)
         self.dev = torch.device("cuda" if self.kind == "gpu" else "cpu")
@@ -129,8 +129,6 @@ class HFEngine:
                       need_bytes=need)
 
     def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings(), tick=None) -> Measurement:
-        import numpy as np
-
         assert self.model is not None, "load() first"
         rng = np.random.default_rng(seed)
         prefix = shared_prefix(rng, workload, self.vocab)

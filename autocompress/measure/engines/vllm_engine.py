@@ -50,6 +50,10 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+
+from autocompress.cache import cache_root
+from autocompress.catalog.hardware import resolve_device
 from autocompress.catalog.precisions import PRECISIONS
 from autocompress.measure.engines import gpu_memory as gm
 from autocompress.measure.engines.kv_tracking import kv_pool_bytes, kv_tracker
@@ -71,14 +75,10 @@ class VLLMEngine:
     # ---- lifecycle ------------------------------------------------------------------------------
 
     def load(self, model_dir, target, limits: EngineLimits) -> "VLLMEngine":
-        from autocompress.catalog.hardware import resolve_device
-
         self.kind = resolve_device(target.hardware).kind
         self.model_dir, self.target, self.limits = Path(model_dir), target, limits
         self.vocab = model_vocab(model_dir)
         if self._root is None:
-            from autocompress.cache import cache_root
-
             self._root = Path(cache_root()) / "engines"
         env = vllm_env(self.kind, limits, self._root)
         self._saved_env = {k: os.environ.get(k) for k in env}
@@ -176,8 +176,6 @@ class VLLMEngine:
         return [list(o.outputs[0].token_ids) for o in outs]
 
     def run(self, workload, seed: int = 0, settings: RunSettings = RunSettings(), tick=None) -> Measurement:
-        import numpy as np
-
         assert self.llm is not None, "load() first"
         assert workload.input_tokens + workload.output_tokens <= self.limits.max_model_len, "max_model_len too small"
         rng = np.random.default_rng(seed)

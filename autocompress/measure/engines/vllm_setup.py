@@ -12,6 +12,7 @@ from pathlib import Path
 
 from autocompress.measure.engines import gpu_memory as gm
 from autocompress.measure.engines.base import EngineLimits
+from autocompress.modeling.register import own_code
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 
@@ -43,8 +44,6 @@ def engine_kwargs(model_dir, target, limits: EngineLimits, total_bytes: int | No
     """(``vllm.LLM`` arguments, bytes vLLM will request) for ``limits``. ``total_bytes``: the GPU's
     memory (``torch.cuda.mem_get_info``) on a GPU target, None on the CPU (no share to ask for; the
     KV space goes by environment there, ``vllm_env``)."""
-    from autocompress.modeling.register import own_code
-
     kwargs = dict(  # remote code only when it is byte for byte the modeling code autocompress ships
         model=str(model_dir), tokenizer=str(model_dir), trust_remote_code=own_code(model_dir),
         dtype=_DTYPES[target.weight_precision], enforce_eager=limits.enforce_eager,
