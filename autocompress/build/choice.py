@@ -11,16 +11,18 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from autocompress.build import runoff
 from autocompress.build.prepare import Prepared
 from autocompress.build.settings import BuildSettings
+from autocompress.build.shortlist import short_distill_choice, validation_rows
 from autocompress.build.stages import run_stage, stage_key
+from autocompress.ir import arch_from_dict
+from autocompress.search.config import search_key_parts
+from autocompress.search.strategy import choose_architecture
 
 
 def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
     """The search stage of one strategy: (how it was chosen, as JSON; the architecture)."""
-    from autocompress.search.strategy import choose_architecture, search_key_parts
-    from autocompress.ir import arch_from_dict
-
     def search_stage(tmp: Path, partial: Path) -> dict:
         chosen = choose_architecture(p.spec, p.parent.architecture, p.derived, p.importance.path / "importance.json",
                                      p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress, p.family,
@@ -39,7 +41,7 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
 
 def student_maker(p: Prepared):
     """``arch -> a fresh student module``: the parent's permuted weights sliced to ``arch`` by the
-    family (what the shortlist distils; also ``bench/shortlist_horizon.py``)."""
+    family (what the shortlist distils)."""
     def make(arch):
         state, extras = p.family.extract(p.permuted, p.cfg, arch)
         return p.family.student(arch, state, extras)
@@ -50,13 +52,11 @@ def distil_round(p: Prepared, strat: BuildSettings, finalists: list[dict], archs
                  name: str) -> dict:
     """One round of short distillations (``shortlist.short_distill_choice``) of the finalists
     ``picked`` for ``steps`` steps each, as a cached stage: the shortlist's first round (``name``
-    "shortlist") or a runoff ("runoff"; also ``bench/shortlist_horizon.py``'s longer horizons).
+    "shortlist") or a runoff ("runoff").
     Keyed like distillation, by what it reads (the architectures in order, the permuted weights,
     the teacher outputs, the recipe), not by the search that listed them or its names for them,
     so two strategies' equal runoff entrants are distilled once; the rows carry this search's
     names and KLs."""
-    from autocompress.build.shortlist import short_distill_choice, validation_rows
-
     def body(tmp: Path, partial: Path) -> dict:
         res = short_distill_choice([{**finalists[i], "arch": archs[i]} for i in picked], student_maker(p), p.teacher,
                                    p.data.train, replace(strat, finalist_steps=steps), partial, p.progress)
@@ -80,9 +80,6 @@ def shortlist(p: Prepared, strat: BuildSettings, chosen: dict, arch) -> tuple[di
     """The final choice by a short distillation of the search's finalists (``build.shortlist``),
     then a runoff of a near-tie (``build.runoff``), the same for every strategy: (how it was
     chosen, with the shortlist's table; the architecture). One finalist: the search's choice."""
-    from autocompress.build import runoff
-    from autocompress.ir import arch_from_dict
-
     finalists = chosen.get("finalists") or []
     if strat.finalists <= 1 or len(finalists) <= 1:
         return chosen, arch

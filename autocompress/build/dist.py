@@ -21,9 +21,15 @@ and every stage takes its single-process path, unchanged. Under a launcher the s
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import sys
 from datetime import timedelta
 from typing import Callable, Mapping, NoReturn, Sequence, TypeVar
+
+import torch
+import torch.distributed as d
 
 T = TypeVar("T")
 
@@ -61,21 +67,14 @@ def launched(env: Mapping[str, str] | None = None) -> bool:
 
 
 def active() -> bool:
-    import sys
-
-    d = sys.modules.get("torch.distributed")  # never import torch just to answer "no"
-    return bool(d is not None and d.is_available() and d.is_initialized())
+    return bool(d.is_available() and d.is_initialized())
 
 
 def rank() -> int:
-    import torch.distributed as d
-
     return d.get_rank() if active() else 0
 
 
 def world() -> int:
-    import torch.distributed as d
-
     return d.get_world_size() if active() else 1
 
 
@@ -89,8 +88,6 @@ def local_rank() -> int:
 
 def device():
     """Where the distributed distillation computes: ``cuda:LOCAL_RANK`` under NCCL, else the CPU."""
-    import torch
-
     return torch.device(f"cuda:{local_rank()}") if "nccl" in backend() else torch.device("cpu")
 
 
@@ -98,15 +95,11 @@ def backend() -> str:
     """gloo on CPUs; with GPUs, NCCL for CUDA tensors and gloo for the CPU ones (the shared stages)."""
     if os.environ.get("ACC_DIST_BACKEND"):
         return os.environ["ACC_DIST_BACKEND"]
-    import torch
-
     return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
 def init() -> None:
     """Join the process group of this launch (idempotent)."""
-    import torch.distributed as d
-
     if active():
         return
     os.environ.update(slurm_env(os.environ))
@@ -122,16 +115,11 @@ def init() -> None:
     else:
         d.init_process_group(backend(), rank=r, world_size=ws, timeout=timeout)
     if "nccl" in backend():
-        import torch
-
         torch.cuda.set_device(local_rank())
 
 
 def shutdown() -> None:
-    import sys
-
     if active():
-        d = sys.modules["torch.distributed"]
         # Every rank reaches this point before any tears its group down: a rank that destroyed its
         # gloo group while rank 0 was still writing (the main-only save) aborted once in CI
         # ("terminate called without an active exception", SIGABRT, resume at world size 2).
@@ -144,15 +132,12 @@ def leave(code: int) -> NoReturn:
     finalization.
 
     FSDP2's sharded parameters keep the gloo backend alive after ``destroy_process_group`` (its
-    native threads, ``pt_gloo_runloop`` and ``gloo_tcp_loop``, still run: ``bench/gloo_exit.py``).
+    native threads, ``pt_gloo_runloop`` and ``gloo_tcp_loop``, still run after it).
     At exit they race the interpreter's finalization and the C++ static destructors, and now and
     then one calls std::terminate: "terminate called without an active exception", SIGABRT after a
-    build that succeeded (once in ~130 resumes looped on 2 cores; 2 of 2 clean-clone CIs on one day). So the Python exit handlers run while everything is alive, the streams are
-    flushed, and the process ends at once."""
-    import atexit
-    import logging
-    import sys
-
+    build that succeeded (once in ~130 resumes looped on 2 cores; 2 of 2 clean-clone CI runs once).
+    So the Python exit handlers run while everything is alive, the streams are flushed, and the
+    process ends at once."""
     atexit._run_exitfuncs()  # noqa: SLF001  (the registered handlers, while the interpreter is whole)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
@@ -165,8 +150,6 @@ def leave(code: int) -> NoReturn:
 
 def barrier() -> None:
     if active():
-        import torch.distributed as d
-
         d.barrier()
 
 
@@ -183,9 +166,6 @@ def gather_rows(local, n: int):
     in position order, on every rank. Identity without a launcher."""
     if not active() or n == 0:  # every rank sees the same n: none of them calls the collective
         return local
-    import torch
-    import torch.distributed as d
-
     ws, m = world(), -(-n // world())
     pad = torch.zeros((m, *local.shape[1:]), dtype=local.dtype)
     pad[: len(local)] = local
@@ -198,8 +178,6 @@ def map_shared(fn: Callable[[T], float], items: Sequence[T]) -> list[float]:
     """``[fn(x) for x in items]`` with the items split over the ranks; every rank gets all values."""
     if not active() or not items:
         return [fn(x) for x in items]
-    import torch
-
     mine = [fn(items[i]) for i in share(len(items))]
     return gather_rows(torch.tensor(mine, dtype=torch.float64), len(items)).tolist()
 
@@ -207,8 +185,6 @@ def map_shared(fn: Callable[[T], float], items: Sequence[T]) -> list[float]:
 def all_sum(t):
     """In-place sum over the ranks of a CPU (gloo) or device tensor; identity without a launcher."""
     if active():
-        import torch.distributed as d
-
         d.all_reduce(t)
     return t
 
@@ -217,9 +193,6 @@ def from_main(value: bool | int) -> bool | int:
     """Rank 0's ``value`` on every rank: one decision ("the stage folder exists", "resume at step 40")."""
     if not active():
         return value
-    import torch
-    import torch.distributed as d
-
     t = torch.tensor([int(value)], dtype=torch.int64)
     d.broadcast(t, src=0)
     return type(value)(t.item())

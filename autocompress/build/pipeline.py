@@ -25,13 +25,28 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from autocompress.build import dist
+from safetensors.torch import load_file, save_file
+
+from autocompress.build import dist, preflight
 from autocompress.build.choice import search, shortlist
 from autocompress.build.output import plan_output
-from autocompress.build.prepare import Prepared, prepare
+from autocompress.build.prepare import Prepared, parent_folder, prepare
 from autocompress.build.settings import BuildSettings
 from autocompress.build.stages import StageResult, crash_point, run_stage, stage_key
+from autocompress.diagnostics import EXIT_OK, BuildError
+from autocompress.evaluate.benchmarks.command import build_accuracy
+from autocompress.evaluate.benchmarks.stage import model_digest
+from autocompress.evaluate.heldout import compared, evaluate_parent, evaluate_student, humaneval_key
+from autocompress.families.registry import require_buildable
+from autocompress.feasibility.exact import evaluate
+from autocompress.ir import arch_to_dict
+from autocompress.lang.api import load_spec, read_spec_file
+from autocompress.parents.resolve import resolve_parent
 from autocompress.progress import Progress, as_progress
+from autocompress.report.build import write_build_report
+from autocompress.report.feasibility import arch_report, evaluation_dict
+from autocompress.train.distill import DistillConfig, distill
+from autocompress.train.distill_dist import distill_sharded
 
 
 @dataclass(frozen=True)
@@ -44,8 +59,6 @@ class BuildResult:
 def plan_outputs(spec_path: str, baseline: str | None = None, force: bool = False) -> tuple[Path, Path | None]:
     """The output folders a build may write (``output.plan_output``; a ``SpecError`` at the
     ``output`` line otherwise): the spec's, and ``<output>-<baseline>``."""
-    from autocompress.lang.api import load_spec, read_spec_file
-
     spec = load_spec(spec_path)
     out_dir = os.path.join(os.path.dirname(os.path.abspath(spec_path)), spec.output or f"out/{Path(spec_path).stem}")
     source = read_spec_file(spec_path)
@@ -63,22 +76,15 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     earlier autocompress output of another spec, and compress even when the parent already meets
     the contract as measured (``preflight``). ``no_calibrate``: no calibration of this machine
     first, when it has no profile yet."""
-    from autocompress.lang.api import load_spec
-
     progress = as_progress(progress)
     t_start = time.perf_counter()
     spec = load_spec(spec_path)
     base = os.path.dirname(os.path.abspath(spec_path))
     out, b_out = plan_outputs(spec_path, baseline, force)  # before any work
-    from autocompress.lang.api import read_spec_file
-
     _require_family(spec, spec_path, base, read_spec_file(spec_path))  # before any work: exit 2 at the model line
     work = Path(work_dir) if work_dir else out.parent / f".{out.name}.acc"
     _preflight(spec, base, work, progress, force, no_calibrate)
     p = prepare(spec_path, work, progress)
-
-    from autocompress.evaluate.heldout import evaluate_parent
-    from autocompress.ir import arch_to_dict
 
     def parent_quality_stage(tmp: Path, partial: Path) -> dict:
         q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings, p.family.forward, progress)
@@ -104,9 +110,8 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
         fmt = p.timed(f"export{tag}", lambda: dist.main_only(lambda: _export(
             p.family, arch, st.path, extras, p.folder, target, spec_path, strat.strategy, progress.log)))
         quality = p.timed(f"evaluate{tag}", lambda: _evaluate(p, parent_quality, target, strat))
-        from autocompress.evaluate.benchmarks.command import build_accuracy  # the eight benchmarks, cached stages
-
-        # every rank enters the stage (run_stage's collectives); rank 0 alone scores, the others wait
+        # the eight benchmarks, cached stages: every rank enters the stage (run_stage's collectives);
+        # rank 0 alone scores, the others wait
         acc = p.timed(f"accuracy{tag}", lambda: build_accuracy(p.folder, target, p.work, progress))
         quality["accuracy"] = acc
         return chosen, arch, {**st.summary, "format": fmt}, quality
@@ -114,9 +119,6 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     chosen, arch, result, quality = make(p.settings, out)
     base_report = None
     if baseline and baseline != p.settings.strategy:
-        from autocompress.feasibility.exact import evaluate
-        from autocompress.report.feasibility import arch_report, evaluation_dict
-
         b_chosen, b_arch, b_result, b_quality = make(replace(p.settings, strategy=baseline), b_out)
         b_pred = evaluation_dict(evaluate(b_arch, spec, p.derived.profile, p.derived.device, p.derived.limits))
         base_report = {"strategy": baseline, "output": os.path.relpath(b_out, base),
@@ -124,8 +126,6 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
                        "quality": b_quality, "distill": b_result, "predicted": b_pred,
                        "how": b_chosen.get("how"), "refine": b_chosen.get("refine"),  # its measured candidates
                        "shortlist": b_chosen.get("shortlist")}
-    from autocompress.report.build import write_build_report
-
     report = dist.main_only(lambda: write_build_report(
         out, spec, spec_path, p.check.report, chosen, arch, p.parent, p.derived, p.settings, quality, result,
         p.timings, time.perf_counter() - t_start, base_report))
@@ -139,9 +139,6 @@ def _evaluate(p: Prepared, parent_quality: dict, target: Path, strat: BuildSetti
     search, distillation or export that leaves the weights as they were re-uses it), the data, the
     code of the evaluation and of the held-out teacher outputs (KL's reference), and the settings
     the measurement reads. Every rank computes the key after the export's barrier; rank 0 measures."""
-    from autocompress.evaluate.benchmarks.stage import model_digest
-    from autocompress.evaluate.heldout import compared, evaluate_student, humaneval_key
-
     def evaluate_stage(tmp: Path, partial: Path) -> dict:
         q = evaluate_student(target, p.data.heldout, p.held_teacher, p.folder, strat, p.family.load_exported,
                              p.progress)
@@ -156,12 +153,6 @@ def _evaluate(p: Prepared, parent_quality: dict, target: Path, strat: BuildSetti
 
 def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate: bool) -> None:
     """Host CPU: this machine's profile first, then the parent against the contract (``preflight``)."""
-    from autocompress.build import preflight
-    from autocompress.build.prepare import _parent_folder
-    from autocompress.diagnostics import BuildError
-    from autocompress.diagnostics import EXIT_OK
-    from autocompress.parents.resolve import resolve_parent
-
     if not preflight.applies(spec):
         return
 
@@ -170,7 +161,7 @@ def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate:
         preflight.calibrate_if_needed(spec, base, no_calibrate, progress, parent.architecture)
         if not parent.has_weights:
             return False  # prepare() says why a bare config cannot be built
-        folder = _parent_folder(spec, parent, progress)
+        folder = parent_folder(spec, parent, progress)
         check = preflight.measure_parent(spec, parent.architecture, folder, work, progress)
         for line in check.lines():
             progress.log(line)
@@ -181,9 +172,6 @@ def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate:
 
 
 def _require_family(spec, spec_path: str, base: str, source: str) -> None:
-    from autocompress.families.registry import require_buildable
-    from autocompress.parents.resolve import resolve_parent
-
     parent = resolve_parent(spec.parent, base, spec_path=spec_path, source=source)
     require_buildable(spec, parent.architecture.family, spec_path, source)
 
@@ -192,10 +180,6 @@ def _distill(family, arch, permuted, cfg, teacher, train_rows, settings, work: P
     """The distill stage: the student extracted from the parent's permuted weights (by its family,
     ``families.base``), distilled (checkpoints in the stage's ``.partial`` folder: a killed build
     resumes from the last one)."""
-    from safetensors.torch import save_file
-
-    from autocompress.train.distill import DistillConfig
-
     state, extras = family.extract(permuted, cfg, arch)
     dcfg = DistillConfig(steps=settings.distill_steps, batch=settings.batch, lr=settings.lr, seed=settings.seed,
                          ckpt_every=max(1, min(20, settings.distill_steps // 3)))
@@ -236,11 +220,7 @@ def _recipe():
     """``(model, teacher, rows, cfg, **kw) -> (result, full state dict)``: the single-process recipe,
     or under a launcher the FSDP2 one (``distill_dist``; the state dict on rank 0 only)."""
     if dist.active():
-        from autocompress.train.distill_dist import distill_sharded
-
         return distill_sharded
-    from autocompress.train.distill import distill
-
     def single(model, *args, **kw):
         res = distill(model, *args, **kw)
         return res, {k: v.detach().contiguous() for k, v in model.state_dict().items()}
@@ -251,8 +231,6 @@ def _export(family, arch, stage: Path, extras: dict, tokenizer_dir, out: Path, s
     """Write the distilled student to ``out`` in its family's format (validated by
     ``output.plan_output`` at the start: absent, empty, or an earlier autocompress output it may
     replace). Returns the format."""
-    from safetensors.torch import load_file
-
     trained = load_file(str(stage / "student.safetensors"))
     fmt = family.export(out, arch, trained, tokenizer_dir, extras, overwrite=True, spec_path=spec_path,
                         strategy=strategy)

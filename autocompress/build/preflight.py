@@ -1,7 +1,7 @@
 """Before compressing for the host CPU: know this machine, and measure the parent against the contract.
 
 ``hardware cpu`` means the machine the build runs on. A profile fitted elsewhere can be 3x off
-here (issue 12: a parent predicted at 110 ms TPOT measured 37 ms, and was pruned for nothing), so:
+here (a parent predicted at 110 ms TPOT measured 37 ms, and was pruned for nothing), so:
 
 1. without a profile for this machine and this parent (``cost.machine``), calibrate first: ``acc profile --quick``
    on the spec's parent (a few minutes; ``--no-calibrate`` skips it, and the report then says its
@@ -19,7 +19,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autocompress.calibrate import profile as calibration
+from autocompress.catalog.hardware import resolve_device
+from autocompress.cost.machine import machine_profile_path, this_machine
+from autocompress.measure import presence
+from autocompress.measure.engines.base import derive_limits
+from autocompress.measure.runner import run_worker, workload_dict
 from autocompress.measure.worker import peak_memory
+from autocompress.progress import as_progress
+from autocompress.report.feasibility import fmt_value
 
 
 @dataclass(frozen=True)
@@ -31,8 +39,6 @@ class ParentCheck:
         return all(ok for *_, ok in self.rows)
 
     def lines(self) -> list[str]:
-        from autocompress.report.feasibility import fmt_value
-
         out = []
         for name, op, limit, value, ok in self.rows:
             metric = "memory" if name == "memory" else name.split(".", 1)[1]
@@ -42,19 +48,13 @@ class ParentCheck:
 
 
 def applies(spec) -> bool:
-    from autocompress.catalog.hardware import resolve_device
-    from autocompress.measure.presence import engine_available
-
     return (resolve_device(spec.target.hardware).kind == "cpu" and not spec.target.profile
-            and engine_available(spec.target.engine)[0])
+            and presence.engine_available(spec.target.engine)[0])
 
 
 def calibrate_if_needed(spec, base: str, no_calibrate: bool, log, parent_arch) -> None:
     """``log``: a log function or a ``Progress`` (the calibration's engine runs then show as tasks).
     ``parent_arch``: the spec's parent; a profile belongs to a machine and the parent it was calibrated on."""
-    from autocompress.cost.machine import machine_profile_path, this_machine
-    from autocompress.progress import as_progress
-
     progress = as_progress(log)
     log = progress.log
 
@@ -67,18 +67,14 @@ def calibrate_if_needed(spec, base: str, no_calibrate: bool, log, parent_arch) -
     if no_calibrate:
         log(f"[calibrate] skipped (--no-calibrate): {what}; predictions use another machine's or another parent's")
         return
-    from autocompress.calibrate.profile import run_profile
-
     log(f"[calibrate] {what}: `acc profile --hardware cpu --model {model} --quick` first (a few minutes; "
         "--no-calibrate skips it)")
-    run_profile("cpu", engine, None, model=model, quick=True, progress=progress)
+    calibration.run_profile("cpu", engine, None, model=model, quick=True, progress=progress)
 
 
 def contract_workloads(workloads) -> list[dict]:
-    """The contract's workloads as the preflight measures them (``bench/chat_concurrency.py`` reuses
-    them, so its predicted-vs-measured table is the preflight's measurement)."""
-    from autocompress.measure.runner import workload_dict
-
+    """The contract's workloads as the preflight measures them: requests enough for the
+    concurrency (at least 8), 3 iterations, a 3% standard-error target, at most 30 s each."""
     return [workload_dict(w, requests=max(8, 2 * w.concurrency), iterations=3, target_se=0.03, max_s=30.0)
             for w in workloads]
 
@@ -86,10 +82,6 @@ def contract_workloads(workloads) -> list[dict]:
 def measure_parent(spec, parent_arch, folder: Path, work: Path, log, threads: int | None = None) -> ParentCheck:
     """The parent in the engine with the contract's workloads: every bound, as measured. ``log``: a
     log function or a ``Progress`` (the engine start and workloads then show as tasks)."""
-    from autocompress.measure.engines.base import derive_limits
-    from autocompress.measure.runner import run_worker
-    from autocompress.progress import as_progress
-
     progress = as_progress(log)
     log = progress.log
 

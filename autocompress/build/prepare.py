@@ -13,16 +13,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file, save_file
+
 from autocompress.build import dist
 from autocompress.build.settings import BuildSettings, derive_build
 from autocompress.build.stages import StageResult, run_stage, stage_key
-from autocompress.diagnostics import BuildError
+from autocompress.check import run_check
+from autocompress.data.stage import prepare_data
+from autocompress.data.teacher import cache_teacher
+from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_NOT_FOUND, BuildError
+from autocompress.export.gguf_convert import weights_folder
+from autocompress.families.base import family_of
+from autocompress.lang.api import load_spec
+from autocompress.parents.resolve import resolve_parent
+from autocompress.plan.derive import derive
 from autocompress.progress import Progress, as_progress
 
 
-def _parent_folder(spec, parent, progress=None) -> Path:
-    from autocompress.export.gguf_convert import weights_folder
-
+def parent_folder(spec, parent, progress=None) -> Path:
+    """The parent's safetensors folder: its own, or its GGUF's conversion (``BuildError`` for a
+    bare config.json, which has no weights)."""
     if not parent.has_weights:
         raise BuildError(f"{spec.parent.value}: a bare config.json has no weights; `acc build` needs a Hugging Face "
                          "folder, a .gguf file or a built-in alias (use `acc check` for feasibility only)")
@@ -30,8 +41,6 @@ def _parent_folder(spec, parent, progress=None) -> Path:
 
 
 def check_verdict(check) -> None:
-    from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_NOT_FOUND
-
     verdict = check.report["verdict"]
     if verdict == "infeasible":
         raise BuildError("the contract is infeasible: no architecture in the search space meets it (see `acc check`)",
@@ -81,17 +90,6 @@ class Prepared:
 
 def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Prepared:
     """The shared stages: check, parent, data, importance (+ permutation), teacher outputs."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from autocompress.check import run_check
-    from autocompress.data.stage import prepare_data
-    from autocompress.data.teacher import cache_teacher
-    from autocompress.families.base import family_of
-    from autocompress.lang.api import load_spec
-    from autocompress.parents.resolve import resolve_parent
-    from autocompress.plan.derive import derive
-
     progress = as_progress(progress)
     log = progress.log
     spec = load_spec(spec_path)
@@ -113,7 +111,7 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
 
     t = time.perf_counter()
     family = family_of(parent.architecture.family)  # the per-family seam (``families.base``)
-    folder = dist.main_first(lambda: _parent_folder(spec, parent, progress))
+    folder = dist.main_first(lambda: parent_folder(spec, parent, progress))
     try:
         params, cfg = family.load(folder)
     except NotImplementedError as e:  # a config feature the family's forward lacks (RoPE scaling, biases...)

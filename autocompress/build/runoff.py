@@ -10,17 +10,19 @@
 Why: a 15-step distillation ranks finalists that differ by tenths of a nat, not by a few
 thousandths. On the ablation's code-5070 seed-1 build the greedy led router v2 by 0.2% after 15
 steps (1.9415 against 1.9454) and the default shipped the greedy; distilled 30 steps router v2
-led by 2.8%, after 60 by 5.6%, and the full build's held-out KL and code perplexity agreed
-(``bench/results/shortlist_horizon.md``). Where the lead was 1.0% (npc-5080 seed 0) it grew to
-2.5% at 30 steps: the runoff confirms such a leader rather than overturning it. The margin, 2%,
-covers both measured near-ties; of the ablation's 20 first rounds 8 had a runner-up within 1.3%,
-the next nearest was 3.9% behind, so 2% sits in that gap.
+led by 2.8%, after 60 by 5.6%, and the full build's held-out KL and code perplexity agreed.
+Where the lead was 1.0% (npc-5080 seed 0) it grew to 2.5% at 30 steps: the runoff confirms such a
+leader rather than overturning it. The margin, 2%, covers both measured near-ties; of the
+ablation's 20 first rounds 8 had a runner-up within 1.3%, the next nearest was 3.9% behind, so 2%
+sits in that gap.
 
 Cost: two distillations of ``runoff_steps``; at the defaults (15 x 2) that is 60 steps, one
 build's distillation, spent only on a near-tie (with ``finalists 2``, 2 x 60: two).
 """
 
 from __future__ import annotations
+
+from autocompress.build.shortlist import describe as first_round
 
 
 def entrants(first: dict, margin: float) -> list[int]:
@@ -43,8 +45,6 @@ def merge(first: dict, second: dict, picked: list[int], margin: float) -> dict:
 
 def describe(result: dict) -> str:
     """The build's ``how`` for a shortlist's choice, with its runoff when there was one."""
-    from autocompress.build.shortlist import describe as first_round
-
     ro = result.get("runoff")
     if not ro:
         return first_round(result)

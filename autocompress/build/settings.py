@@ -17,7 +17,6 @@ class BuildSettings:
     batch: int
     distill_steps: int
     lr: float
-    search_steps: int
     search_batch: int
     search_seq: int
     search_tokens: int
@@ -57,15 +56,14 @@ def derive_build(spec) -> BuildSettings:
     steps = pick("distill steps", d.steps if d else None, 60,
                  "fits the 30-minute CPU build budget with search and evaluation")
     lr = pick("lr", d.lr if d else None, 3e-4, "AdamW, warm-up 5% then cosine to 10% (Minitron recovery range)")
-    search_steps = pick("router v1 steps", s.steps if s else None, 30,
-                        "strategy greedy's router v1; it starts at the cvxpy point; a step runs the masked supernet once")
     search_batch = pick("search batch", None, 2, "the router needs a quality signal, not a recovery: small batches")
     search_seq = pick("search tokens per sequence", None, min(seq_len, 64),
                       "the masked supernet's forward+backward costs ~3 plain forwards; 64 tokens keep a step ~2 s")
-    # router v2's budget in tokens (strategies autocompress, router, router-refine): a quarter of what distillation
-    # reads, so the search costs about as much as a quarter of the recovery (a search step runs the
-    # masked supernet forward and backward, like a distillation step on fewer tokens); at least 64
-    # steps, so an annealed temperature and a 2-nat prior at lr 0.1 have room to move the decode
+    # router v2's budget in tokens (the spec's ``steps N``: N steps of search batch x search tokens): a
+    # quarter of what distillation reads, so the search costs about as much as a quarter of the
+    # recovery (a search step runs the masked supernet forward and backward, like a distillation step
+    # on fewer tokens); at least 64 steps, so an annealed temperature and a 2-nat prior at lr 0.1
+    # have room to move the decode
     per_step = search_batch * search_seq
     given = (s.tokens if s and s.tokens else None) or (s.steps * per_step if s and s.steps else None)
     search_tokens = pick("router v2 tokens", given,
@@ -75,9 +73,8 @@ def derive_build(spec) -> BuildSettings:
     temperature = pick("router v2 temperature", s.temperature if s else None, 1.0,
                        "Gumbel-softmax start, annealed geometrically to 1/20 of it over the steps")
     # the final choice (build/shortlist.py): KL before distillation picked the best model after 20
-    # distillation steps (held-out code KL) on none of the 4 contracts measured
-    # (bench/results/kl_rank_correlation.md), so
-    # the least-KL candidates are distilled briefly and compared after, as Minitron does
+    # distillation steps (held-out code KL) on none of the 4 contracts measured, so the least-KL
+    # candidates are distilled briefly and compared after, as Minitron does
     finalists = pick("finalists", s.finalists if s else None, 4,
                      "the candidates of least KL before distillation, each distilled briefly; the least KL after "
                      "wins (Minitron's practice: KL before distillation is a weak predictor of quality after)")
@@ -102,6 +99,6 @@ def derive_build(spec) -> BuildSettings:
     eval_rows = pick("held-out rows per kind", (eval_tokens // seq_len) if eval_tokens else None, 24,
                      "~6K tokens each of code and prose: perplexity within a few percent at this size")
     topk = pick("teacher top-k", None, 32, "covers >95% of SmolLM2's next-token mass on code; the tail is one bucket")
-    return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_steps, search_batch, search_seq, search_tokens,
+    return BuildSettings(strategy, seed, seq_len, batch, steps, lr, search_batch, search_seq, search_tokens,
                          temperature, finalists, finalist_steps, runoff_margin, runoff_steps, calib, ablation,
                          teacher, eval_rows, topk, tuple(rows))

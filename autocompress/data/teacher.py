@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save
 
-from autocompress.cache import atomic_write_bytes, atomic_write_json, cache_root, code_digest, key, sha256_bytes
 from autocompress.build import dist
+from autocompress.cache import atomic_write_bytes, atomic_write_json, cache_root, code_digest, key, sha256_bytes
 
 DEFAULT_K = 32
 
@@ -68,8 +70,6 @@ class TeacherCache:
 
     def _chunk(self, c: int) -> dict[str, torch.Tensor]:
         if c not in self._chunks:
-            from safetensors.torch import load_file
-
             self._chunks[c] = load_file(self.folder / f"chunk-{c:05d}.safetensors")
         return self._chunks[c]
 
@@ -101,8 +101,6 @@ def cache_teacher(
     ``teacher_id`` names the teacher's content (a callable cannot be hashed): the parent's weights hash.
     ``dtype`` of the stored logit values: fp16 halves the file (relative error ~5e-4 on a logit).
     """
-    from safetensors.torch import save
-
     tokens = tokens.long()
     n = tokens.shape[0]
     tok_digest = sha256_bytes(tokens.to(torch.int32).contiguous().numpy().tobytes() + str(tuple(tokens.shape)).encode())
@@ -142,7 +140,6 @@ def cache_teacher(
         if on_chunk:
             on_chunk(c + 1, chunks)
     if vocab is None:  # every chunk came from an earlier run: read the vocab from one
-        from safetensors import safe_open
 
         with safe_open(str(folder / "chunk-00000.safetensors"), "pt") as f:
             vocab = int(f.metadata()["vocab"])

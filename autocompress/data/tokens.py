@@ -11,8 +11,8 @@ atomically. Packing into ``[n, seq_len + 1]`` rows (inputs ``row[:-1]``, targets
 reshape of a slice of that stream, so every sequence length shares one tokenization.
 
 A tokenizer that starts every text with BOS (Gemma 3's) gets a BOS at the start of every row, as the
-model saw in pre-training: without it Gemma 3 270M's held-out perplexity was 25.0 instead of 11.1
-(measured in the issue 16 research). Tokenizers that add no BOS (SmolLM2's) pack as before.
+model saw in pre-training: without it Gemma 3 270M's held-out perplexity was 25.0 instead of 11.1.
+Tokenizers that add no BOS (SmolLM2's) get none.
 """
 
 from __future__ import annotations
@@ -20,30 +20,30 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save
+from transformers import AutoTokenizer
 
 from autocompress.cache import atomic_write_bytes, cache_root, code_digest, key, sha256_bytes, sha256_file
 from autocompress.data.corpus import (DATA_VERSION, HELDOUT_FRACTION, KINDS, SPLITS, TOKENIZER_FILES, Corpus, DataError, is_heldout)
-
-if TYPE_CHECKING:
-    import torch
-
+from autocompress.progress import as_progress
 
 
 @dataclass(frozen=True)
 class TokenStream:
     """A corpus tokenized once: documents back to back (digest order), each followed by EOS."""
 
-    tokens: "torch.Tensor"  # int32 [N]
-    offsets: "torch.Tensor"  # int64 [D+1]; document i is tokens[offsets[i]:offsets[i+1]]
+    tokens: torch.Tensor  # int32 [N]
+    offsets: torch.Tensor  # int64 [D+1]; document i is tokens[offsets[i]:offsets[i+1]]
     digests: tuple[str, ...]  # text digests, ascending
     kinds: tuple[str, ...]
     path: Path | None  # the cache file, when cached
     bos: int | None = None  # the id the tokenizer starts every text with, or None when it adds none
 
-    def select(self, split: str | None, kind: str | None, fraction: float = HELDOUT_FRACTION) -> "torch.Tensor":
-        import torch
-
+    def select(self, split: str | None, kind: str | None, fraction: float = HELDOUT_FRACTION) -> torch.Tensor:
         parts = [
             self.tokens[self.offsets[i] : self.offsets[i + 1]]
             for i, (d, k) in enumerate(zip(self.digests, self.kinds))
@@ -69,9 +69,6 @@ def token_stream(
 ) -> TokenStream:
     """Tokenize ``corpus`` with the tokenizer in ``tokenizer_dir`` (cached; see the module docstring).
     ``progress``: an ``autocompress.progress.Progress`` that gets one task, in documents (cache misses only)."""
-    import torch
-    from safetensors.torch import load_file, save
-
     by_digest = {}
     for d in corpus.docs:  # identical texts are one document (the first kind seen wins)
         by_digest.setdefault(d.digest, d)
@@ -83,10 +80,7 @@ def token_stream(
         t = load_file(path)
         return TokenStream(t["tokens"], t["offsets"], digests, kinds, path, _stored_bos(path))
 
-    from transformers import AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    from autocompress.progress import as_progress
 
     sep = tok.eos_token_id if tok.eos_token_id is not None else tok.bos_token_id
     bos = _leading_bos(tok)
@@ -115,19 +109,15 @@ def _leading_bos(tok) -> int | None:
 
 
 def _stored_bos(path: Path) -> int | None:
-    from safetensors import safe_open
-
     with safe_open(str(path), "pt") as f:
         value = (f.metadata() or {}).get("bos", "")
     return int(value) if value else None
 
 
-def pack(stream: "torch.Tensor", seq_len: int, max_tokens: int | None = None, bos: int | None = None) -> "torch.Tensor":
+def pack(stream: torch.Tensor, seq_len: int, max_tokens: int | None = None, bos: int | None = None) -> torch.Tensor:
     """``[n, seq_len + 1]`` int64 rows from a flat token stream (remainder dropped); ``max_tokens`` caps
     ``n * seq_len`` (predicted tokens). Without ``bos`` row i covers tokens ``[i*(seq_len+1),
     (i+1)*(seq_len+1))``; with it, row i is ``bos`` then tokens ``[i*seq_len, (i+1)*seq_len)``."""
-    import torch
-
     width = seq_len + 1 if bos is None else seq_len
     n = stream.numel() // width
     if max_tokens is not None:
@@ -146,7 +136,7 @@ def token_dataset(
     cache_dir: str | os.PathLike | None = None,
     heldout_fraction: float = HELDOUT_FRACTION,
     progress=None,
-) -> "torch.Tensor":
+) -> torch.Tensor:
     """Packed next-token rows ``[n, seq_len + 1]`` (LongTensor) of one split, optionally one kind."""
     if split not in SPLITS:
         raise DataError(f"split, allowed {' | '.join(SPLITS)}, got {split!r}")
@@ -166,7 +156,7 @@ def mixed_dataset(
     cache_dir: str | os.PathLike | None = None,
     skip_missing: bool = False,
     progress=None,
-) -> "torch.Tensor":
+) -> torch.Tensor:
     """Rows drawn from each kind in proportion to ``weights`` (e.g. {"code": 0.5, "prose": 0.5}).
 
     ``skip_missing``: a kind with no rows in this split is dropped (its weight with it) instead of an
@@ -176,8 +166,6 @@ def mixed_dataset(
     prose up-weighted. Without ``max_tokens`` the size is the largest that repeats no kind; with it, a
     kind too small for its share is cycled. Rows are interleaved in a fixed pseudo-random order.
     """
-    import torch
-
     for kind in weights:
         if kind not in KINDS:
             raise DataError(f"weights: kind, allowed {' | '.join(KINDS)}, got {kind!r}")

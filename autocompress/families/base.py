@@ -28,17 +28,19 @@ canonical names; Llama's use transformers' Llama names.
 
 ``code`` names, per stage, the modules whose source keys that stage's cache (``cache.code_digest``
 follows their package imports): the modules the stage runs, among them the parent's loader for the
-stages that read the parent, and never the family module itself, which reaches every stage (its
-export, ``_hybrid``'s lazy imports) and would key importance by the search's code. The hybrid
-families' loaders live in ``families.<name>_load`` for that reason. Llama's are the modules it
-used before the seam existed, so its cache keys and results did not change.
+stages that read the parent (``families.<name>_load``; Llama's is ``nn.llama``), and never the family
+module itself, which reaches every stage (its export, the search's supernet) and would key
+importance by the search's code.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+
+from autocompress.families.registry import BUILD_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,6 @@ class BuildFamily:
 
 def family_of(arch_family: str) -> BuildFamily:
     """The ``BuildFamily`` of a parent's IR family (``Architecture.family``); ``KeyError`` when
-    ``acc build`` cannot compress it (``registry.require_buildable`` stops such builds earlier)."""
-    import importlib
-
-    from autocompress.families.registry import BUILD_FAMILIES
-
+    ``acc build`` cannot compress it (``registry.require_buildable`` stops such builds earlier).
+    The registry names the module (a string: reading the table imports no family's torch side)."""
     return importlib.import_module(f"autocompress.{BUILD_FAMILIES[arch_family].module}").FAMILY

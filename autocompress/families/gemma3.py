@@ -1,10 +1,9 @@
 """The Gemma 3 build family (``gemma3_text`` parents: Gemma 3 270M / 1B and the text towers).
 
-The torch side is the hybrid one (forward ``nn.gemma3`` over ``nn.hybrid``, ``compress.hybrid_*``);
+The torch side is the hybrid one (forward ``nn.gemma3`` over ``nn.hybrid``, ``prune.hybrid_*``);
 this module holds the checkpoint names, the forward's globals and the exported config.
 
-**Export** (what transformers 5.19 and stock vLLM 0.32 load; research notes in docs/decisions.md,
-2026-12-01):
+**Export** (what transformers 5.19 and stock vLLM 0.32 load):
 
 * every kept layer the same (one MLP width, no half-removed layer): stock ``Gemma3ForCausalLM``,
   no remote code (vLLM's native ``gemma3.py``);
@@ -25,14 +24,21 @@ scaled embedding and the logits stay the student's. The parent's Gemma Terms of 
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from autocompress.families import _checkpoint as ck
+from transformers import Gemma3TextConfig
+
+from autocompress.export.writer import write_checkpoint
+from autocompress.families import checkpoint as ck
 from autocompress.families.gemma3_load import kept_layers, load, names
+from autocompress.families.hybrid import config_of, hybrid_family
 from autocompress.ir import MLP, Architecture
+from autocompress.modeling import register as modeling
 from autocompress.nn.gemma3 import from_canonical_norms, gemma3_config
 from autocompress.nn.hybrid import HybridConfig
+from autocompress.prune.hybrid_extract import canonical_state
 
 TERMS_FILES = ("GEMMA_TERMS.html", "NOTICE")
 
@@ -89,12 +95,6 @@ def checkpoint_tensors(canon: dict, cfg: HybridConfig, scfg: HybridConfig) -> di
 
 def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=None, strategy=None) -> str:
     """Write the student as stock Gemma 3 or heterogeneous Gemma 3 (module docstring), atomically."""
-    from transformers import Gemma3TextConfig
-
-    from autocompress.prune.hybrid_extract import canonical_state
-    from autocompress.export.writer import write_checkpoint
-    from autocompress.modeling import register as modeling
-
     parent: HybridConfig = extras["cfg"]
     scfg = replace(parent, arch=arch)
     tensors = checkpoint_tensors(canonical_state(state, scfg), parent, scfg)
@@ -120,8 +120,6 @@ def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=No
 def _terms(parent_dir) -> tuple[tuple[Path, ...], object]:
     """The parent's licence file, and its NOTICE marked as modified (Gemma Terms of Use section 3.1:
     modified files carry a prominent notice), as files to copy in; plus the temporary folder."""
-    import tempfile
-
     src = Path(parent_dir) if parent_dir else None
     if src is None or not (src / TERMS_FILES[0]).is_file():
         return (), None
@@ -133,16 +131,8 @@ def _terms(parent_dir) -> tuple[tuple[Path, ...], object]:
 
 
 def config(folder) -> HybridConfig:
-    from autocompress.families._hybrid import config_of
-
     return config_of(folder, gemma3_config)
 
 
-def _family():
-    from autocompress.families._hybrid import hybrid_family
-
-    # its exports load through evaluate.heldout.load_exported, like every family's
-    return hybrid_family("gemma3", load, config, export)
-
-
-FAMILY = _family()
+# its exports load through evaluate.heldout.load_exported, like every family's
+FAMILY = hybrid_family("gemma3", load, config, export)

@@ -1,17 +1,18 @@
 """Reading a Gemma 3 checkpoint: its tensor names, the forward's globals, ``load``.
 
-The parent loader the importance, teacher and parent-quality stages run, apart from the family
-module (``families.gemma3``: export, ``FAMILY``), so those stages' cache keys hash what they
-run and not the export or the other stages ``FAMILY`` names (docs/decisions.md, 2026-12-01,
-fifth session).
+The parent loader the importance, teacher and parent-quality stages run. It is a module apart
+from the family's (``families.gemma3``: export, ``FAMILY``) because those stages' cache keys hash
+the code they run (``families.hybrid.hybrid_family``): an edit of the export or the search
+must not re-run an hour of importance and teacher outputs.
 """
 
 from __future__ import annotations
 
-from autocompress.families import _checkpoint as ck
+from autocompress.families import checkpoint as ck
 from autocompress.ir import Architecture
 from autocompress.nn.gemma3 import gemma3_config, to_canonical_norms
 from autocompress.nn.hybrid import HybridConfig, param_shapes, pn
+from autocompress.parents.hf_config import architecture_from_config
 
 _LAYER = {"mixer_norm": "input_layernorm", "post_mixer_norm": "post_attention_layernorm",
           "ffn_norm": "pre_feedforward_layernorm", "post_ffn_norm": "post_feedforward_layernorm",
@@ -37,8 +38,6 @@ def names(cfg: HybridConfig) -> dict[str, str]:
 
 def load(folder):
     """(canonical fp32 params, norms as 1 + w; HybridConfig) of a Gemma 3 text folder."""
-    from autocompress.parents.hf_config import architecture_from_config
-
     native, tensors = ck.read_folder(folder)
     arch = architecture_from_config(native)
     cfg = gemma3_config(native, arch)

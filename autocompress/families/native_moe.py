@@ -1,12 +1,12 @@
 """The native MoE build family: Mixtral, Qwen2-MoE, Qwen3-MoE, exported in their own formats.
 
-The torch side is the hybrid one (``nn.hybrid`` forward, ``compress.hybrid_*``); this module
+The torch side is the hybrid one (``nn.hybrid`` forward, ``prune.hybrid_*``); this module
 holds what is particular to these checkpoints: names, the forward's globals, the exported config.
 
-What stock vLLM 0.32 serves (``mixtral.py``, ``qwen2_moe.py``, ``qwen3_moe.py``; research notes in
-docs/decisions.md, 2026-12-01) decides the search space (``registry.NATIVE_MOE``): every layer is
-built from the global expert count, expert width, top-k and KV heads, and there is no per-layer
-no-op, so one size per axis for all layers; which experts a layer keeps is free.
+What stock vLLM 0.32 serves (``mixtral.py``, ``qwen2_moe.py``, ``qwen3_moe.py``) decides the
+search space (``registry.NATIVE_MOE``): every layer is built from the global expert count, expert
+width, top-k and KV heads, and there is no per-layer no-op, so one size per axis for all layers;
+which experts a layer keeps is free.
 
 Checkpoints are read in the per-expert layout transformers 5.19 ``save_pretrained`` writes by
 default (``...experts.{e}.w1`` for Mixtral, ``...experts.{e}.gate_proj`` for Qwen) or in its
@@ -19,10 +19,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autocompress.families import _checkpoint as ck
+from transformers import AutoConfig
+
+from autocompress.export.writer import write_checkpoint
+from autocompress.families import checkpoint as ck
+from autocompress.families.hybrid import config_of, hybrid_family
 from autocompress.families.native_moe_load import hybrid_config, load, names
 from autocompress.ir import MLP, Architecture, MoE
 from autocompress.nn.hybrid import HybridConfig
+from autocompress.prune.hybrid_extract import canonical_state
 
 ARCHITECTURES = {"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 
@@ -61,11 +66,6 @@ def native_config(cfg: HybridConfig, arch: Architecture) -> dict:
 
 def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=None, strategy=None) -> str:
     """Write the student in the parent's own format (per-expert tensors), atomically."""
-    from transformers import AutoConfig
-
-    from autocompress.prune.hybrid_extract import canonical_state
-    from autocompress.export.writer import write_checkpoint
-
     parent: HybridConfig = extras["cfg"]
     scfg = replace(parent, arch=arch)
     canon = canonical_state(state, scfg)
@@ -79,15 +79,7 @@ def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=No
 
 
 def config(folder) -> HybridConfig:
-    from autocompress.families._hybrid import config_of
-
     return config_of(folder, hybrid_config)
 
 
-def _family():
-    from autocompress.families._hybrid import hybrid_family
-
-    return hybrid_family("native-moe", load, config, export)
-
-
-FAMILY = _family()
+FAMILY = hybrid_family("native-moe", load, config, export)

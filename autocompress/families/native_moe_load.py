@@ -1,17 +1,18 @@
 """Reading a Mixtral / Qwen2-MoE / Qwen3-MoE checkpoint: its tensor names, the forward's globals, ``load``.
 
-The parent loader the importance, teacher and parent-quality stages run, apart from the family
-module (``families.native_moe``: export, ``FAMILY``), so those stages' cache keys hash what they
-run and not the export or the other stages ``FAMILY`` names (docs/decisions.md, 2026-12-01,
-fifth session).
+The parent loader the importance, teacher and parent-quality stages run. It is a module apart
+from the family's (``families.native_moe``: export, ``FAMILY``) because those stages' cache keys hash
+the code they run (``families.hybrid.hybrid_family``): an edit of the export or the search
+must not re-run an hour of importance and teacher outputs.
 """
 
 from __future__ import annotations
 
-from autocompress.families import _checkpoint as ck
+from autocompress.families import checkpoint as ck
 from autocompress.ir import MLP, Architecture, MoE
 from autocompress.nn.hybrid import HybridConfig, pn
 from autocompress.nn.moe import Router
+from autocompress.parents.hf_config import architecture_from_config
 
 
 def _rope_theta(c: dict, default: float) -> float:
@@ -36,7 +37,7 @@ def hybrid_config(native: dict, arch: Architecture) -> HybridConfig:
 
 
 def names(cfg: HybridConfig) -> tuple[dict[str, str], dict[str, str]]:
-    """(plain, experts) name maps (``_checkpoint``) for ``cfg.arch`` in this family's layout."""
+    """(plain, experts) name maps (``families.checkpoint``) for ``cfg.arch`` in this family's layout."""
     mt, A = cfg.native["model_type"], cfg.arch
     plain = {"embed": "model.embed_tokens.weight", "norm_f": "model.norm.weight"}
     if not A.tie_embeddings:
@@ -73,8 +74,6 @@ def names(cfg: HybridConfig) -> tuple[dict[str, str], dict[str, str]]:
 
 def load(folder):
     """(canonical fp32 params, HybridConfig) of a Mixtral / Qwen2-MoE / Qwen3-MoE folder."""
-    from autocompress.parents.hf_config import architecture_from_config
-
     native, tensors = ck.read_folder(folder)
     arch = architecture_from_config(native)
     cfg = hybrid_config(native, arch)

@@ -1,7 +1,7 @@
 """The NemotronH build family: hybrid Mamba2 / attention / MLP / MoE parents, exported as NemotronH
 (homogeneous result) or NemotronH-Puzzle (per-layer sizes).
 
-The torch side is the hybrid one (``nn.hybrid``, ``nn.mamba2``, ``compress.hybrid_*``); this
+The torch side is the hybrid one (``nn.hybrid``, ``nn.mamba2``, ``prune.hybrid_*``); this
 module holds the checkpoint names, the forward's globals and the exported config.
 
 **Export** (what vLLM 0.32's ``nemotron_h.py`` and transformers 5.19 load):
@@ -26,10 +26,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autocompress.families import _checkpoint as ck
+from transformers import NemotronHConfig
+
+from autocompress.export.writer import write_checkpoint
+from autocompress.families import checkpoint as ck
+from autocompress.families.hybrid import config_of, hybrid_family
 from autocompress.families.nemotron_h_load import HF_KIND, hybrid_config, kind, load, names
 from autocompress.ir import Architecture
+from autocompress.modeling import register as modeling
+from autocompress.modeling.configuration_nemotron_h_puzzle import NemotronHPuzzleConfig
 from autocompress.nn.hybrid import HybridConfig
+from autocompress.prune.hybrid_extract import canonical_state
 
 
 def _json_floats(v):
@@ -79,10 +86,6 @@ def puzzle_config(cfg: HybridConfig, arch: Architecture) -> tuple[dict, bool]:
 
 def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=None, strategy=None) -> str:
     """Write the student as NemotronH or NemotronH-Puzzle (module docstring), atomically."""
-    from autocompress.prune.hybrid_extract import canonical_state
-    from autocompress.export.writer import write_checkpoint
-    from autocompress.modeling import register as modeling
-
     parent: HybridConfig = extras["cfg"]
     scfg = replace(parent, arch=arch)
     canon = canonical_state(state, scfg)
@@ -91,15 +94,11 @@ def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=No
     tensors = {k: (v[:, None, :] if k.endswith("conv1d.weight") else v) for k, v in tensors.items()}
     c, puzzle = puzzle_config(parent, arch)
     if puzzle:
-        from autocompress.modeling.configuration_nemotron_h_puzzle import NemotronHPuzzleConfig
-
         config = NemotronHPuzzleConfig(**c)
         config.architectures = ["NemotronHPuzzleForCausalLM"]
         config.auto_map = dict(modeling.PUZZLE_AUTO_MAP)
         files = tuple(modeling.source_dir() / n for n in modeling.PUZZLE_FILES)
     else:
-        from transformers import NemotronHConfig
-
         config, files = NemotronHConfig(**c), ()
         config.architectures = ["NemotronHForCausalLM"]
     write_checkpoint(out, config, tensors, tokenizer_dir, extra_files=files, overwrite=overwrite,
@@ -108,15 +107,7 @@ def export(out, arch, state, tokenizer_dir, extras, overwrite=True, spec_path=No
 
 
 def config(folder) -> HybridConfig:
-    from autocompress.families._hybrid import config_of
-
     return config_of(folder, hybrid_config)
 
 
-def _family():
-    from autocompress.families._hybrid import hybrid_family
-
-    return hybrid_family("nemotron_h", load, config, export)
-
-
-FAMILY = _family()
+FAMILY = hybrid_family("nemotron_h", load, config, export)

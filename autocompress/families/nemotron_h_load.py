@@ -1,17 +1,18 @@
 """Reading a NemotronH / NemotronH-Puzzle checkpoint: its tensor names, the forward's globals, ``load``.
 
-The parent loader the importance, teacher and parent-quality stages run, apart from the family
-module (``families.nemotron_h``: export, ``FAMILY``), so those stages' cache keys hash what they
-run and not the export or the other stages ``FAMILY`` names (docs/decisions.md, 2026-12-01,
-fifth session).
+The parent loader the importance, teacher and parent-quality stages run. It is a module apart
+from the family's (``families.nemotron_h``: export, ``FAMILY``) because those stages' cache keys hash
+the code they run (``families.hybrid.hybrid_family``): an edit of the export or the search
+must not re-run an hour of importance and teacher outputs.
 """
 
 from __future__ import annotations
 
-from autocompress.families import _checkpoint as ck
+from autocompress.families import checkpoint as ck
 from autocompress.ir import MLP, Architecture, Attention, Block, Mamba2, MoE
 from autocompress.nn.hybrid import HybridConfig, pn
 from autocompress.nn.moe import Router
+from autocompress.parents.hf_config import architecture_from_config
 
 KIND = {Mamba2: "mamba", Attention: "attention", MLP: "mlp", MoE: "moe"}
 HF_KIND = {"mamba": "linear_attention", "attention": "full_attention", "mlp": "mlp", "moe": "moe"}
@@ -40,7 +41,7 @@ def hybrid_config(native: dict, arch: Architecture) -> HybridConfig:
 
 
 def names(cfg: HybridConfig, prefix: str = "backbone") -> tuple[dict[str, str], dict[str, str]]:
-    """(plain, experts) name maps (``_checkpoint``): transformers' saved layout (``backbone.*``, per
+    """(plain, experts) name maps (``families.checkpoint``): transformers' saved layout (``backbone.*``, per
     expert), which vLLM loads; layers are numbered among the present ones (removed ones dropped)."""
     A = cfg.arch
     plain = {"embed": f"{prefix}.embeddings.weight", "norm_f": f"{prefix}.norm_f.weight"}
@@ -79,8 +80,6 @@ def names(cfg: HybridConfig, prefix: str = "backbone") -> tuple[dict[str, str], 
 def load(folder):
     """(canonical fp32 params, HybridConfig) of a NemotronH or NemotronH-Puzzle folder (per-expert or
     fused experts, ``backbone.*`` or ``model.*`` names)."""
-    from autocompress.parents.hf_config import architecture_from_config
-
     native, tensors = ck.read_folder(folder)
     arch = architecture_from_config(native)
     cfg = hybrid_config(native, arch)

@@ -9,9 +9,10 @@ build log). ``NOT_BUILT`` lists the families ``acc check`` reads but ``acc build
 compress yet, with the reason: ``acc check`` warns at the spec's ``model`` line, and ``acc
 build`` stops there with exit 2 before any work (``require_buildable``).
 
-A new family (issue 16 added Gemma 3) adds one row here and one module under ``families/`` with a
-``FAMILY`` object; ``tests/families/test_registry.py`` checks that the rows cover every family
-the parsers accept, and that every module's ``FAMILY`` has the row's name.
+A new family adds one row here and one module under ``families/`` with a ``FAMILY`` object; ``tests/families/test_registry.py`` checks that the rows cover every family
+the parsers accept, and that every module's ``FAMILY`` has the row's name. Generic code (the
+search space, calibration) asks a row what it needs (``decilm``, ``attention_kept``), never a
+family's name.
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autocompress.diagnostics import Diagnostic, SpecError
+from autocompress.ir import MoE
+
+
+@dataclass(frozen=True)
+class KeptAttention:
+    """Attention layers that the family's export, or the engine serving it, cannot do without."""
+
+    layers: str  # "first": the first attention layer; "every": every attention layer
+    why: str  # the derivation's reason
+    engine: str | None = None  # the rule holds for this engine only (None: for every engine)
 
 
 @dataclass(frozen=True)
@@ -33,13 +44,22 @@ class FamilyEntry:
     fixed_axes: tuple[str, ...]  # search axes (``lang.model.AXES``) this family cannot vary
     global_sizes: tuple[str, ...]  # one size for every layer, swept as variants: "mamba", "expert_width"
     limits: tuple[tuple[str, str, str], ...]  # (axis, "per layer" | "global" | "fixed", why): the build log
+    # exported as Llama, or DeciLM ``block_configs``, by the shared writer (``export.decilm``): vLLM's
+    # DeciLM loader needs layer 0's first executed sub-block to be attention, and the search space's
+    # defaults are this format's (every axis per layer), so its ``limits`` add nothing to the derivation
+    decilm: bool = False
+    kept_attention: tuple[KeptAttention, ...] = ()  # the first rule whose engine matches applies
+
+    def attention_kept(self, engine: str) -> KeptAttention | None:
+        """Which attention layers must stay when ``engine`` serves this family's export (None: none)."""
+        return next((r for r in self.kept_attention if r.engine in (None, engine)), None)
 
 
 LLAMA = FamilyEntry(
     "llama", "families.llama", "Llama (homogeneous) or DeciLM (nemotron-nas)", False, (), (), (
         ("hidden", "global", "one residual width in every format"),
         ("kv_heads, ffn, attention/FFN removal", "per layer", "DeciLM block_configs"),
-    ))
+    ), decilm=True)
 
 _NATIVE_LIMITS = (
     ("hidden", "global", "one residual width in every format"),
@@ -76,7 +96,9 @@ NEMOTRON_H = FamilyEntry(
         ("experts, kv_heads, mlp width, layer removal", "per layer",
          "Puzzle block_configs overrides, read by vLLM through get_nemotron_h_config_for_layer"),
         ("mamba layers, state / head_dim / groups, shared experts", "fixed", "not pruned in this version"),
-    ))
+    ), kept_attention=(
+        KeptAttention("first", "an export without attention layers has no KV cache, which transformers' NemotronH "
+                               "cache (and generate) cannot do without"),))
 
 GEMMA3 = FamilyEntry(
     "gemma3", "families.gemma3", "Gemma 3 (homogeneous) or Gemma 3 with per_layer_config (remote code)", False,
@@ -89,7 +111,11 @@ GEMMA3 = FamilyEntry(
          "vLLM's Transformers backend needs an attention module in every layer ('does not dispatch through the "
          "Transformers attention interface'), and its native gemma3.py has no per-layer fields"),
         ("layer 0 attention", "kept", "transformers' cache takes the sequence length from layer 0"),
-    ))
+    ), kept_attention=(
+        KeptAttention("every", "engine vllm serves a heterogeneous Gemma 3 only through its Transformers backend, "
+                               "which needs an attention module in every layer (so no attention or whole-layer "
+                               "removal)", engine="vllm"),
+        KeptAttention("first", "transformers' Gemma 3 cache takes the sequence length from layer 0")))
 
 BUILD_FAMILIES: dict[str, FamilyEntry] = {
     "llama": LLAMA,
@@ -121,8 +147,6 @@ ENGINE_GAPS: dict[tuple[str, str, str, str], str] = {
 
 def engine_gap(arch, engine: str, device_kind: str) -> str | None:
     """Why ``engine`` on a ``device_kind`` device cannot run ``arch`` (None when it can, as far as seen)."""
-    from autocompress.ir import MoE
-
     kinds = {"moe" for b in arch.blocks if isinstance(b.ffn, MoE)}
     return next((why for (fam, kind, eng, dev), why in ENGINE_GAPS.items()
                  if fam == arch.family and kind in kinds and eng == engine and dev == device_kind), None)
@@ -134,6 +158,12 @@ def buildable_names() -> str:
 
 def entry(family: str) -> FamilyEntry | None:
     return BUILD_FAMILIES.get(family)
+
+
+def decilm_export(family: str) -> bool:
+    """Whether ``acc build`` writes ``family``'s models with the shared Llama / DeciLM writer."""
+    e = BUILD_FAMILIES.get(family)
+    return e is not None and e.decilm
 
 
 def not_buildable(family: str) -> str | None:

@@ -36,7 +36,7 @@ import torch
 from autocompress.ir import MLP, Architecture, Attention, Mamba2, MoE
 from autocompress.nn import mamba2, moe
 # the attention math is Llama's (RoPE, causal / windowed SDPA, KV pooling): one implementation
-from autocompress.nn.llama import AttnOption, _rope, _sdpa, pool_kv, rms_norm, rope_tables
+from autocompress.nn.llama import AttnOption, apply_rope, causal_attention, pool_kv, rms_norm, rope_tables
 
 
 def pn(layer: int, name: str) -> str:
@@ -147,15 +147,15 @@ def attention(p: Mapping[str, torch.Tensor], cfg: HybridConfig, l: int, a: Atten
         return y.transpose(1, 2)
     q, k, v = proj("q", a.q_heads), proj("k", a.kv_heads), proj("v", a.kv_heads)
     if rope is not None:
-        q, k = _rope(q, *rope), _rope(k, *rope)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     if cfg.query_scale is not None:  # SDPA divides by sqrt(head_dim)
         q = q * (cfg.query_scale * a.head_dim ** 0.5)
     if options is None:
-        return _sdpa(q, k, v, a.sliding_window).transpose(1, 2)
+        return causal_attention(q, k, v, a.sliding_window).transpose(1, 2)
     out = None
     for opt in options:
         ko, vo = (k, v) if opt.pool is None else (pool_kv(k, opt.pool), pool_kv(v, opt.pool))
-        o = opt.weight * _sdpa(q, ko, vo, a.sliding_window)
+        o = opt.weight * causal_attention(q, ko, vo, a.sliding_window)
         out = o if out is None else out + o
     return None if out is None else out.transpose(1, 2)
 

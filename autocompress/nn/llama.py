@@ -36,8 +36,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
 from autocompress.ir import MLP, Architecture, Attention, Block
+from autocompress.parents.hf_config import ffn_mult_to_intermediate_size
 
 Tap = Callable[..., None]
 
@@ -111,8 +113,6 @@ class LlamaConfig:
                 elif f.get("intermediate_size") is not None:
                     widths.append(int(f["intermediate_size"]))
                 else:
-                    from autocompress.parents.hf_config import ffn_mult_to_intermediate_size
-
                     widths.append(ffn_mult_to_intermediate_size(f["ffn_mult"], d))
         else:
             kv = [c.get("num_key_value_heads") or heads] * layers
@@ -146,8 +146,6 @@ class LlamaConfig:
 
 def load_llama(folder: str | Path) -> tuple[dict[str, torch.Tensor], LlamaConfig]:
     """(fp32 params, config) of a safetensors HF folder (single or sharded)."""
-    from safetensors.torch import load_file
-
     folder = Path(folder)
     cfg = LlamaConfig.from_hf(json.loads((folder / "config.json").read_text()))
     params: dict[str, torch.Tensor] = {}
@@ -190,13 +188,15 @@ def rope_tables(seq: int, head_dim: int, theta: float, device=None) -> tuple[tor
     return emb.cos(), emb.sin()
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF's rotary embedding of ``x`` (..., T, hd) with ``rope_tables``' cos and sin (halves rotated)."""
     half = x.shape[-1] // 2
     rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rot * sin
 
 
-def _sdpa(q, k, v, window: int | None) -> torch.Tensor:
+def causal_attention(q, k, v, window: int | None) -> torch.Tensor:
+    """Causal scaled dot-product attention (grouped KV heads), within a sliding ``window`` if given."""
     T = q.shape[-2]
     if window is None or window >= T:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
@@ -218,14 +218,14 @@ def attention_heads(params, cfg: LlamaConfig, i: int, h: torch.Tensor, cos, sin,
     q = (h @ params[param_name(i, "self_attn.q_proj")].T).view(B, T, H, hd).transpose(1, 2)
     k = (h @ params[param_name(i, "self_attn.k_proj")].T).view(B, T, K, hd).transpose(1, 2)
     v = (h @ params[param_name(i, "self_attn.v_proj")].T).view(B, T, K, hd).transpose(1, 2)
-    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     if options is None:
-        out = _sdpa(q, k, v, cfg.sliding_window)
+        out = causal_attention(q, k, v, cfg.sliding_window)
     else:
         out = None
         for opt in options:
             ko, vo = (k, v) if opt.pool is None else (pool_kv(k, opt.pool), pool_kv(v, opt.pool))
-            o = opt.weight * _sdpa(q, ko, vo, cfg.sliding_window)
+            o = opt.weight * causal_attention(q, ko, vo, cfg.sliding_window)
             out = o if out is None else out + o
         if out is None:
             return None

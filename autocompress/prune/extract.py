@@ -21,7 +21,10 @@ from typing import Any
 
 import torch
 
+from autocompress.export.decilm import decilm_config_from_architecture
 from autocompress.ir import MLP, Architecture
+from autocompress.modeling.configuration_decilm import DeciLMConfig
+from autocompress.modeling.modeling_decilm import DeciLMForCausalLM
 from autocompress.nn.llama import LlamaConfig, param_name
 from autocompress.prune.permute import pool_matrix
 
@@ -84,10 +87,6 @@ __all__ = ["extract"]
 
 def student_model(arch: Architecture, state_dict: dict, llama_globals: dict) -> torch.nn.Module:
     """The extracted student as our DeciLM model (the class the export ships), fp32, in memory."""
-    from autocompress.export.decilm import decilm_config_from_architecture
-    from autocompress.modeling.configuration_decilm import DeciLMConfig
-    from autocompress.modeling.modeling_decilm import DeciLMForCausalLM
-
     cfg = decilm_config_from_architecture(arch, **llama_globals)
     model = DeciLMForCausalLM(DeciLMConfig(**cfg)).float()
     missing, unexpected = model.load_state_dict(state_dict, strict=False)

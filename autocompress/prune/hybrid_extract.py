@@ -24,9 +24,10 @@ from dataclasses import replace
 
 import torch
 
-from autocompress.prune.permute import pool_matrix
+from autocompress.families.checkpoint import check_shapes
 from autocompress.ir import MLP, Architecture, Attention, Mamba2, MoE
 from autocompress.nn.hybrid import HybridConfig, forward, param_shapes, pn
+from autocompress.prune.permute import pool_matrix
 
 
 def mamba_heads_kept(parent: Mamba2, heads: int) -> torch.Tensor:
@@ -37,7 +38,8 @@ def mamba_heads_kept(parent: Mamba2, heads: int) -> torch.Tensor:
     return (torch.arange(G)[:, None] * n + torch.arange(heads // G)[None, :]).reshape(-1)
 
 
-def _rows(heads: torch.Tensor, size: int) -> torch.Tensor:
+def head_rows(heads: torch.Tensor, size: int) -> torch.Tensor:
+    """The rows (or channels) of the heads ``heads``, each ``size`` wide, in that order."""
     return (heads[:, None] * size + torch.arange(size)[None, :]).reshape(-1)
 
 
@@ -82,7 +84,7 @@ def extract(permuted: Mapping[str, torch.Tensor], cfg: HybridConfig, arch: Archi
             pm = pb.mixer
             heads = mamba_heads_kept(pm, m.heads)
             I, P_, gn = pm.d_inner, pm.head_dim, pm.groups * pm.state_size
-            ch = _rows(heads, P_)
+            ch = head_rows(heads, P_)
             rows = torch.cat([ch, I + ch, 2 * I + torch.arange(2 * gn), 2 * I + 2 * gn + heads])
             sd[pn(l, "in_proj")] = g("in_proj")[rows][:, :d]
             conv = torch.cat([ch, I + torch.arange(2 * gn)])
@@ -148,8 +150,6 @@ def student_model(arch: Architecture, state: Mapping[str, torch.Tensor], extras:
 
 def canonical_state(student_state: Mapping[str, torch.Tensor], cfg: HybridConfig) -> dict[str, torch.Tensor]:
     """Canonical weights from a ``HybridStudent`` state dict (or canonical weights), shape-checked."""
-    from autocompress.families._checkpoint import check_shapes
-
     out = {(k.removeprefix("weights.").replace("__", ".")): v for k, v in student_state.items()}
     check_shapes(out, param_shapes(cfg))
     return out

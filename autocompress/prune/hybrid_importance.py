@@ -27,11 +27,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.functional import log_softmax
 
-from autocompress.prune.importance import IMPORTANCE_VERSION, cumulative_curve
+from autocompress.cache import atomic_write_bytes
 from autocompress.feasibility.objective import SEGMENTS
 from autocompress.ir import MLP, Attention, Block, Mamba2, MoE
 from autocompress.nn.hybrid import HybridConfig, forward
+from autocompress.prune.importance import IMPORTANCE_VERSION, cumulative_curve
 
 
 def rowwise_curve(scores: torch.Tensor, points: int = SEGMENTS + 1) -> list[float]:
@@ -88,8 +90,6 @@ class HybridStats:
                 "layers": layers, "hidden_curve": cumulative_curve(self.hidden_channels)}
 
     def to_json(self, path) -> Path:
-        from autocompress.cache import atomic_write_bytes
-
         atomic_write_bytes(Path(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode())
         return Path(path)
 
@@ -163,8 +163,6 @@ def measure_importance(params, cfg: HybridConfig, rows: torch.Tensor, batch: int
                        progress) -> HybridStats:
     """The importance stage (``families.base``): statistics over ``rows`` [n, T + 1], removal KL
     of every sub-block over the first ``ablation_rows`` of them."""
-    from torch.nn.functional import log_softmax
-
     batches = [rows[i:i + batch, :-1] for i in range(0, len(rows), batch)]
     acc = _Accumulator(cfg)
     with progress.task("importance", total=len(batches), unit="batch") as bar:

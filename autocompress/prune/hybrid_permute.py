@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import torch
 
-from autocompress.prune.hybrid_extract import _rows
+from autocompress.prune.hybrid_extract import head_rows
 from autocompress.ir import MLP, Attention, Mamba2, MoE
 from autocompress.nn.hybrid import HybridConfig, pn
 
@@ -66,8 +66,8 @@ def permute(params: Mapping[str, torch.Tensor], cfg: HybridConfig, stats) -> tup
         if isinstance(m, Attention):
             grp = _desc(stats.kv_groups[l])
             r, hd = m.q_heads // m.kv_heads, m.head_dim
-            q_rows = _rows((grp[:, None] * r + torch.arange(r)[None, :]).reshape(-1), hd)
-            kv_rows = _rows(grp, hd)
+            q_rows = head_rows((grp[:, None] * r + torch.arange(r)[None, :]).reshape(-1), hd)
+            kv_rows = head_rows(grp, hd)
             put("q", g("q")[q_rows])
             put("o", g("o")[:, q_rows])
             for n in ("k", "v"):
@@ -79,7 +79,7 @@ def permute(params: Mapping[str, torch.Tensor], cfg: HybridConfig, stats) -> tup
         elif isinstance(m, Mamba2):
             heads = mamba_order(stats.mamba_heads[l], m.groups)
             I, gn = m.d_inner, m.groups * m.state_size
-            ch = _rows(heads, m.head_dim)
+            ch = head_rows(heads, m.head_dim)
             rows = torch.cat([ch, I + ch, 2 * I + torch.arange(2 * gn), 2 * I + 2 * gn + heads])
             conv = torch.cat([ch, I + torch.arange(2 * gn)])
             put("in_proj", g("in_proj")[rows])

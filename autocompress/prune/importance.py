@@ -15,7 +15,7 @@ forward's ``tap`` hands every activation to an accumulator (sums in float64, div
   by the loss when a layer is dropped, not by activations: the cosine influence values an attention
   sub-block at ~1/3 of an FFN on SmolLM2 (attention moves tokens between positions, changing the residual
   little per position) and the search kept attention in 4 of 30 layers; removal KL measures what the
-  objective needs, what is lost when the sub-block goes (docs/decisions.md, 2026-11-30).
+  objective needs, what is lost when the sub-block goes.
 
 ``ImportanceStats.to_json`` writes the importance file the feasibility stage reads
 (``autocompress.feasibility.objective.load_importance``): per layer the removal KLs (or, without them, the
@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.functional import log_softmax
 
 from autocompress.build import dist
+from autocompress.cache import atomic_write_bytes
 from autocompress.feasibility.objective import SEGMENTS
 from autocompress.nn.llama import LlamaConfig, forward
 
@@ -80,8 +82,6 @@ class ImportanceStats:
                 "hidden_curve": cumulative_curve(self.hidden_channels)}
 
     def to_json(self, path: str | Path) -> Path:
-        from autocompress.cache import atomic_write_bytes
-
         path = Path(path)
         atomic_write_bytes(path, (json.dumps(self.to_dict(), indent=1) + "\n").encode())
         return path
@@ -224,10 +224,6 @@ def ablation_influence(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, bat
     """(attention, ffn) per layer: mean over tokens of KL(parent || parent with that sub-block removed).
 
     2L + 1 forwards per batch; 0 where the parent has no such sub-block. ``progress(done, total)``."""
-    from dataclasses import replace
-
-    from torch.nn.functional import log_softmax
-
     batches = list(batches)
     ref = [log_softmax(forward(params, cfg, ids).float(), dim=-1) for ids in batches]
     L = cfg.num_layers
@@ -260,8 +256,6 @@ def measure_importance(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, row
                        ablation_rows: int, progress) -> ImportanceStats:
     """The importance stage: channel statistics over ``rows`` [n, T + 1] and the removal KL of every
     sub-block over the first ``ablation_rows`` of them (the objective's per-layer weights)."""
-    from dataclasses import replace
-
     batches = [rows[i:i + batch, :-1] for i in range(0, len(rows), batch)]
     with torch.no_grad():
         with progress.task("importance", total=len(batches), unit="batch") as bar:

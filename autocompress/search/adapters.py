@@ -8,7 +8,7 @@ al. 2021) on every per-layer projection matrix instead of the full weights:
     W_eff = W + (alpha / r) * B @ A,   A: (r, in) ~ N(0, 1/in),   B: (out, r) = 0
 
 B starts at zero, so at step 0 the supernet is exactly the parent. Why adapters, not full
-temporaries (docs/decisions.md, 2026-12-01): their state (weights and Adam moments) is ~r/d of
+temporaries: their state (weights and Adam moments) is ~r/d of
 the parent's (SmolLM2 at r 8: 2.2M numbers against 3 x 135M for full weights with Adam), so the
 search checkpoint that makes it resumable is megabytes, and a 70B parent's search does not need
 three extra copies of the parent in memory. What they cost: the merged matrix is formed each step

@@ -1,15 +1,15 @@
 """The fair Minitron++ baseline: the uniform arm's measured choice among its grid candidates.
 
 Minitron ranks its candidate architectures by measured quality, not by an importance prior. The
-uniform strategy used to take the single top candidate by the prior; on serve-h100 that choice
-(KV 1 in every layer) collapsed to code ppl 67.9 while other uniform points at the same cost
-(fewer layers, more KV heads) were never measured (issue 13). Now:
+single top candidate by the prior is not enough: on serve-h100 it (KV 1 in every layer) collapsed
+to code ppl 67.9, while other uniform points at the same cost (fewer layers, more KV heads) would
+have gone unmeasured. So:
 
     candidates  the uniform grid's frontier (``feasibility.uniform.uniform_frontier``): for every
                 hidden size, depth, KV-head count (and expert count) the widest FFN the exact cost
                 model accepts; all meet the contract
     measure     each candidate's KL to the parent on the *selection rows* autocompress's final
-                choice uses (``search._measures``: the same rows, tokens and top-k teacher), best
+                choice uses (``measures.kl_measures``: the same rows, tokens and top-k teacher), best
                 prior first, while the budget lasts
     choose      the lowest KL
 
@@ -24,7 +24,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-SELECT_ROWS = 4  # a selection forward reads 4 x search batch rows (search._measures)
+from autocompress.feasibility.uniform import uniform_frontier
+
+SELECT_ROWS = 4  # a selection forward reads 4 x search batch rows (``measures.kl_measures``)
 
 
 def budget_of(max_evals: int) -> int:
@@ -37,8 +39,6 @@ def measure_frontier(relaxes: dict, derived, to_state: Callable, select_kl: Call
     """``measured_uniform`` over the grid's frontier (``feasibility.uniform.uniform_frontier`` of
     ``relaxes``, the exact cost model's accepted points), with a progress bar named ``label``; None
     when no uniform point meets the contract (or none is expressible in this supernet)."""
-    from autocompress.feasibility.uniform import uniform_frontier
-
     frontier = uniform_frontier(relaxes, derived.profile, derived.device, derived.limits)
     if not frontier:
         return None

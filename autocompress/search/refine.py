@@ -3,8 +3,8 @@
 The cvxpy start and the router score an architecture by adding up single-removal KLs, as if
 removals were independent. They are not: on SmolLM2 under the host contract the additive optimum
 (15 attention and 15 FFN sub-blocks removed, in different layers) measured KL 11.2 nats against
-the parent before distillation, the uniform grid's best 4.1 (docs/decisions.md, 2026-11-30). So
-the final choice is measured, and the joint effect of removals is measured too:
+the parent before distillation, the uniform grid's best 4.1. So the final choice is measured, and
+the joint effect of removals is measured too:
 
     greedy   from the parent at a hidden size, while a bound is violated: measure the single
              down-moves (a sub-block one step narrower or removed) in the *current* model, then
@@ -12,10 +12,12 @@ the final choice is measured, and the joint effect of removals is measured too:
              the violation per round (iterative removal KL: each round sees earlier removals;
              lazy: after the first round only new moves and the best earlier ones are re-measured)
     fill     while budget is left: the up-moves that stay feasible, best KL removed per cost
+    palettes where the profile prices distinct GEMM shapes, the greedy again within each width
+             palette of a result (``palette_candidates``, ``search.palette``)
     select   measure every candidate (router, cvxpy start, uniform grid point, greedy results)
              on rows the greedy never saw; keep the lowest KL
 
-Costs come from the exact per-layer cost tables (``feasibility.tables``); the caller re-checks the
+Costs come from the exact per-layer cost tables (``search.tables``); the caller re-checks the
 winner with the exact cost model. ``measure(state, move)`` (the KL of ``state`` with ``move``
 applied; ``move=None``: of ``state``) is the only tensor work and is passed in, so this module is
 plain search logic (tested with synthetic tables and a synthetic KL). Passing the move, not just
@@ -29,8 +31,9 @@ from typing import Callable
 
 import numpy as np
 
-from autocompress.search.tables import CostTables
 from autocompress.progress import Progress
+from autocompress.search.palette import palette_start
+from autocompress.search.tables import CostTables
 
 State = tuple  # (hidden index, attention option per layer, FFN option per layer)
 Move = tuple  # (kind "a" | "f", layer, new option index)
@@ -257,8 +260,6 @@ def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure
     not favoured by having been tuned on the rows that judge them. ``palette_seeds``: seeds whose
     palettes join too, as the greedy results' do (router v2's decode: many widths, which the exact
     model charges where the profile prices distinct GEMM shapes)."""
-    from autocompress.search.palette import palette_candidates
-
     cands = dict(seeds)
     evals = 0
     for name in palette_seeds:
@@ -288,6 +289,30 @@ def refine(tables: list[CostTables], seeds: dict[str, State], search_kl: Measure
     evals += len(seen)
     best = min(scored, key=lambda c: c.kl)
     return RefineResult(best, tuple(scored), evals)
+
+
+def palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cands, source: str = "") -> int:
+    """Where the profile prices distinct GEMM shapes, the palettes of ``cfg.palette_sizes`` widths
+    of ``s`` (a greedy result, or router v2's decode: ``source`` names it, and its candidates),
+    each refit by the greedy within it: candidates beside it (the measured choice trades
+    heterogeneity against its memory). Returns the forwards spent."""
+    t, evals, seen = tables[h], 0, set()
+    if not t.shape_memory or "memory" not in t.names:
+        return 0
+    for k in cfg.palette_sizes:
+        got = palette_start(t, s, k)
+        if got is None or got[0].widths in seen:  # no fewer widths than the result has, or a repeat
+            continue
+        p, start = got
+        seen.add(p.widths)
+        name = f"{source + ' ' if source else ''}palette {len(p.widths)} (hidden {t.d})"
+        log(f"[refine] {name}: {p.label()}, {p.prepaid} GEMM shapes prepaid ({source or 'the greedy result'} has "
+            f"{t.shape_count(s[1], s[2])})")
+        found, n = greedy(tables, h, search_kl, cfg, log, map_fn, progress, start=start, palette=p, name=name)
+        evals += n
+        if found is not None:
+            cands[name] = found
+    return evals
 
 
 @dataclass(frozen=True)

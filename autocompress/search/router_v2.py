@@ -1,8 +1,9 @@
 """Router v2: the router and the supernet's temporary weights trained together, by distillation.
 
 The paper's method (AutoCompress §3; FBNet-style Gumbel-softmax with straight-through;
-Sheared-LLaMA-style multipliers), as v1 (``router``) was not: v1 started at the cvxpy point with
-logit 3.0, took 20 Adam steps at lr 0.05 over frozen parent weights, and never flipped a choice.
+Sheared-LLaMA-style multipliers). Why learned logits from 0 under a prior, and adapters: a router
+started at the cvxpy point (logit 3.0 on its choices, 20 Adam steps at lr 0.05) over frozen parent
+weights never flipped a choice in a measured run; it returned the cvxpy point.
 
     logits      learned (start at 0) + prior: ``prior`` nats on the cvxpy point's choices, a bias
                 the loss can overcome (Adam moves a logit ~lr per step: prior / lr steps to flip)
@@ -33,21 +34,23 @@ rerun continues from it with the same result as an uninterrupted run (a test pin
 from __future__ import annotations
 
 import json
+import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file, save as save_tensors
 
-from autocompress.cache import atomic_write_bytes
 from autocompress.build import dist
+from autocompress.cache import atomic_write_bytes
 from autocompress.search.adapters import Adapters, load_optimizer_state, optimizer_state
 from autocompress.search.refine import apply, costs, violation
-from autocompress.search.router import Router, SearchResult, StackedTables, expected_costs
-from autocompress.search.tables import CostTables
+from autocompress.search.tables import CostTables, kv_row_value
 
 # kd_loss(step, (ph, pa, pf), params) -> the distillation loss of the supernet with these choice
 # weights and these (adapted) weights on the step's batch
@@ -62,13 +65,142 @@ class RouterV2Config:
     prior: float = 2.0  # bias on the cvxpy point's choices, in logits (0: no prior)
     tau_start: float = 1.0  # Gumbel-softmax temperature, annealed geometrically (spec: ``temperature``)
     tau_end: float = 0.05
-    dual_lr: float = 1.0  # as v1: bounds are normalized, 1 = on the bound
+    dual_lr: float = 1.0  # eta of the multipliers' dual ascent (bounds are normalized: 1 = on the bound)
     rho: float = 10.0
-    rank: int = 8  # adapter rank (0: frozen parent weights, v1's supernet)
+    rank: int = 8  # adapter rank (0: frozen parent weights)
     adapter_lr: float = 1e-3
     seed: int = 0
     ckpt_every: int = 10
     learn_hidden: bool = False  # the hidden size stays the prior's (module docstring)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    hidden_index: int
+    attn_choice: tuple[int, ...]  # option index per layer (0 = removed)
+    ffn_choice: tuple[int, ...]
+    history: tuple[dict, ...] = field(default=())
+    seconds: float = 0.0
+    decode_moves: int = 0  # option changes that brought its argmax within the cost tables
+    decode_fills: int = 0  # option changes that spent the slack its argmax left
+
+
+class Router(torch.nn.Module):
+    """Logits over the hidden grid and, per layer, over attention and FFN options: learned (from 0)
+    plus a fixed prior bias (``set_prior``).
+
+    Illegal options (a layer without attention, layer 0's attention under vLLM, padding beyond
+    a layer's option count) are masked with -inf.
+    """
+
+    def __init__(self, tables: list[CostTables]):
+        super().__init__()
+        opts = tables[0].options
+        L = len(opts.attn)
+        amax, fmax = tables[0].attn.shape[2], tables[0].ffn.shape[2]
+        mask_a = torch.full((L, amax), -math.inf)
+        mask_f = torch.full((L, fmax), -math.inf)
+        for l in range(L):
+            n = len(opts.attn[l])
+            if n:
+                mask_a[l, (0 if opts.attn_removable[l] else 1):n] = 0.0
+            else:
+                mask_a[l, 0] = 0.0  # no attention in the parent: "removed" is the only option
+            n = len(opts.ffn[l])
+            if n:
+                mask_f[l, (0 if opts.ffn_removable[l] else 1):n] = 0.0
+            else:
+                mask_f[l, 0] = 0.0
+        self.register_buffer("mask_a", mask_a)
+        self.register_buffer("mask_f", mask_f)
+        self.register_buffer("mask_h", torch.zeros(len(tables)))  # ``fix_hidden``: -inf off the kept size
+        self.hidden = torch.nn.Parameter(torch.zeros(len(tables)))
+        self.attn = torch.nn.Parameter(torch.zeros(L, amax))
+        self.ffn = torch.nn.Parameter(torch.zeros(L, fmax))
+        # a fixed prior added to the learned logits (the cvxpy point as a bias, ``set_prior``)
+        self.register_buffer("bias_h", torch.zeros(len(tables)))
+        self.register_buffer("bias_a", torch.zeros(L, amax))
+        self.register_buffer("bias_f", torch.zeros(L, fmax))
+
+    def set_prior(self, point: tuple[int, tuple[int, ...], tuple[int, ...]], strength: float) -> None:
+        """Bias the logits by ``strength`` toward ``point``'s choices; the learned logits stay free."""
+        h, ca, cf = point
+        with torch.no_grad():
+            for b in (self.bias_h, self.bias_a, self.bias_f):
+                b.zero_()
+            self.bias_h[h] = strength
+            L = self.attn.shape[0]
+            self.bias_a[torch.arange(L), torch.tensor(ca)] = strength
+            self.bias_f[torch.arange(L), torch.tensor(cf)] = strength
+
+    def fix_hidden(self, h: int) -> None:
+        """Keep hidden size ``h``: the other sizes get -inf (the router learns per-layer choices only)."""
+        with torch.no_grad():
+            self.mask_h.fill_(-math.inf)
+            self.mask_h[h] = 0.0
+
+    def logits(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Learned logits + prior bias (+ -inf on illegal options)."""
+        return (self.hidden + self.bias_h + self.mask_h, self.attn + self.bias_a + self.mask_a,
+                self.ffn + self.bias_f + self.mask_f)
+
+    def probs(self, tau: float, hard: bool, generator: torch.Generator | None):
+        def sample(x):
+            if generator is None:
+                return F.softmax(x / tau, dim=-1)
+            g = -torch.log(-torch.log(torch.rand(x.shape, generator=generator).clamp_min(1e-20)))
+            y = F.softmax((x + g) / tau, dim=-1)
+            if hard:  # straight-through: one-hot forward, soft gradient
+                idx = y.argmax(dim=-1, keepdim=True)
+                y = torch.zeros_like(y).scatter_(-1, idx, 1.0) - y.detach() + y
+            return y
+        h, a, f = self.logits()
+        return sample(h), sample(a), sample(f)
+
+    def decode(self) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        h, a, f = self.logits()
+        return int(h.argmax()), tuple(int(i) for i in a.argmax(-1)), tuple(int(i) for i in f.argmax(-1))
+
+
+@dataclass(frozen=True)
+class StackedTables:
+    """The cost tables of every hidden size as tensors, built once per search."""
+
+    base: torch.Tensor  # (H, B)
+    attn: torch.Tensor  # (H, B, L, A)
+    ffn: torch.Tensor  # (H, B, L, F)
+    both: torch.Tensor  # (H, B)
+    # vLLM-CPU's whole-GiB KV reservation (``tables``); None where the engine does not round it
+    kv_heads: torch.Tensor | None = None  # (H, L, A): KV heads per attention option
+    kv_head_bytes: torch.Tensor | None = None  # (H, W, L): KV bytes per head, per workload
+    kv_cap: torch.Tensor | None = None  # (H,)
+    mem_limit: float = 0.0
+
+    @classmethod
+    def of(cls, tables: list[CostTables]) -> "StackedTables":
+        f = lambda xs: torch.as_tensor(np.stack(xs), dtype=torch.float32)  # noqa: E731
+        kv = {}
+        if tables[0].kv_cap:
+            kv = {"kv_heads": f([t.kv_heads for t in tables]), "kv_head_bytes": f([t.kv_head_bytes for t in tables]),
+                  "kv_cap": f([t.kv_cap for t in tables]), "mem_limit": float(tables[0].mem_limit)}
+        return cls(f([t.base for t in tables]), f([t.attn for t in tables]), f([t.ffn for t in tables]),
+                   f([t.both for t in tables]), **kv)
+
+
+def expected_costs(st: StackedTables, ph: torch.Tensor, pa: torch.Tensor, pf: torch.Tensor) -> torch.Tensor:
+    """E[normalized bound values], differentiable: sum over hidden sizes of p(d) * E[cost | d], in
+    the order of ``CostTables.row_names``. The KV-reservation row (``CostTables.kv_row``) takes the
+    expected heads of each layer: linear in ``pa``, so a router drifting above the whole-GiB cap
+    feels it before its decode does (without it, the cliff was seen only by the repair after
+    decoding)."""
+    keep = ((1 - pa[:, 0]) * (1 - pf[:, 0])).sum()
+    per_h = (st.base + torch.einsum("hblc,lc->hb", st.attn, pa) + torch.einsum("hblc,lc->hb", st.ffn, pf)
+             - st.both * keep)
+    if st.kv_cap is not None:
+        heads = (st.kv_heads * pa).sum(-1)  # (H, L): expected KV heads per layer
+        kv = torch.einsum("hwl,hl->hw", st.kv_head_bytes, heads).amax(-1)  # the largest workload's
+        per_h = torch.cat([per_h, kv_row_value(kv, st.kv_cap, st.mem_limit)[:, None]], dim=1)
+    return ph @ per_h
 
 
 def temperature(cfg: RouterV2Config, step: int) -> float:
@@ -81,7 +213,7 @@ class _State:
 
     def __init__(self, tables: list[CostTables], params: dict, cfg: RouterV2Config, prior):
         torch.manual_seed(cfg.seed)
-        self.router = Router(tables, None, 0.0)
+        self.router = Router(tables)
         if prior is not None and cfg.prior:
             self.router.set_prior(prior, cfg.prior)
         if prior is not None and not cfg.learn_hidden:
@@ -95,8 +227,6 @@ class _State:
         self.step, self.history = 0, []
 
     def save(self, folder: Path, cfg: RouterV2Config) -> None:
-        from safetensors.torch import save
-
         t = {f"router.{k}": v.detach().clone() for k, v in self.router.named_parameters()}
         t.update(optimizer_state(self.opt, "opt"))
         t.update({f"adapter.{k}": v for k, v in self.adapters.state().items()})
@@ -106,12 +236,9 @@ class _State:
         t["generator"] = self.gen.get_state()
         # one file, written atomically: the step and history travel in its metadata with the tensors
         meta = json.dumps({"step": self.step, "history": self.history, "config": asdict(cfg)})
-        atomic_write_bytes(folder / CKPT, save(t, metadata={"router_v2": meta}))
+        atomic_write_bytes(folder / CKPT, save_tensors(t, metadata={"router_v2": meta}))
 
     def load(self, folder: Path, cfg: RouterV2Config) -> bool:
-        from safetensors import safe_open
-        from safetensors.torch import load_file
-
         path = folder / CKPT
         if not path.is_file():
             return False
@@ -189,7 +316,7 @@ def budget_decode(router, tables: list[CostTables]) -> tuple[tuple, int, int]:
     Over a bound: take the single change of one layer's attention or FFN option that removes
     excess at the least log-probability per unit of excess removed. Why: the training penalty
     binds the *expected* cost under soft probabilities, so the argmax can sit over a bound
-    (npc-5080, 2026-12-05: TPOT 1.035 of the bound); the exact model's repair is cost-driven and
+    (npc-5080: TPOT 1.035 of the bound); the exact model's repair is cost-driven and
     blind to the router, and undid every one of v2's moves there (KL 3.56 -> 5.42 as repaired).
     Under every bound: take the single larger option that stays within the tables at the least
     log-probability lost per unit of budget spent (on the row it loads most), until none fits.
@@ -251,4 +378,5 @@ def _plain(point) -> list:
     return [h, list(ca), list(cf)]
 
 
-__all__ = ["KDLoss", "RouterV2Config", "budget_decode", "temperature", "train_router_v2"]
+__all__ = ["KDLoss", "Router", "RouterV2Config", "SearchResult", "StackedTables", "budget_decode",
+           "expected_costs", "temperature", "train_router_v2"]

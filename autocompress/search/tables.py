@@ -12,14 +12,14 @@ model with every sub-block removed), and the last term removes the per-layer ove
 twice when both sub-blocks run. Values are normalized by each bound's limit (1 = on the bound).
 Memory is linear in the same way except vLLM-CPU's whole-GiB KV rounding (the linear row charges
 ``max(KV, the smallest reservation)``; ``_kv_terms`` caps KV at the largest reservation any point
-affords, a row of its own: ``refine.costs`` checks it for discrete states and the routers
-charge it on the expected heads, ``router.expected_costs``; the rest is left to the exact re-check
+affords, a row of its own: ``refine.costs`` checks it for discrete states and router v2
+charges it on the expected heads, ``router_v2.expected_costs``; the rest is left to the exact re-check
 after decoding), and the profile's cost per distinct GEMM shape (vllm-cpu's oneDNN
 handlers, ``cost.memory.gemm_shapes``): a count over the whole model, not a sum over layers. The
 relaxation charges the parent's count. ``shape_count`` counts a discrete state's own; a width
 palette (``search.palette``) prepays the count of every option it allows, which ``refine.costs``
-charges, so the refinement can trade heterogeneity against memory (issue 12). Charging each greedy
-move its new shapes instead stops every first narrowing (docs/decisions.md, fifth session). The
+charges, so the refinement can trade heterogeneity against memory. Charging each greedy
+move its new shapes instead stops every first narrowing (``search.palette``). The
 router's expected costs leave the count out (it is not differentiable in the probabilities); the
 exact re-check sees it.
 """
@@ -30,10 +30,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from autocompress.cost.memory import gemm_shapes, sub_block_gemm_shapes
-
+from autocompress.cost.memory import GiB, gemm_shapes, memory_breakdown, sub_block_gemm_shapes
 from autocompress.feasibility.metrics import A, G, K, W, Relaxation
-from autocompress.feasibility._numeric import numeric, relaxed_batch
+from autocompress.feasibility.arrays import numeric, relaxed_batch
 from autocompress.plan.options import LayerOptions, layer_options
 
 KV_ROW = "memory.kv_reservation"  # the row name ``CostTables.row_names`` adds
@@ -41,7 +40,7 @@ KV_ROW = "memory.kv_reservation"  # the row name ``CostTables.row_names`` adds
 
 def kv_row_value(kv, cap, mem_limit):
     """The KV-reservation row, for floats and torch tensors alike: the greedy's discrete choices
-    (``CostTables.kv_row``) and the routers' expected heads (``router.expected_costs``) share it."""
+    (``CostTables.kv_row``) and router v2's expected heads (``router_v2.expected_costs``) share it."""
     return 1.0 + (kv - cap) / mem_limit
 
 
@@ -166,14 +165,12 @@ def cost_tables(relax: Relaxation) -> CostTables:
 def _kv_terms(relax: Relaxation, names: tuple[str, ...], base: np.ndarray) -> dict:
     """vLLM-CPU reserves KV space in whole GiB (``cost.memory``), which the linear memory row charges
     as ``max(KV, the smallest reservation)``: a state needing 1.12 GiB is charged 1.12 GiB and the
-    exact model 2 GiB. The refinement had its states repaired afterwards (README contract, seventh
-    session: every candidate kept all 30 attention layers, 1,147 MiB of KV, and 5-20 repair moves
-    cost up to 0.43 nats). The cap is the largest whole-GiB reservation that fits beside the
+    exact model 2 GiB. Without the cap the refinement's states were repaired afterwards (on the
+    README's cpu-vllm contract every candidate kept all 30 attention layers, 1,147 MiB of KV, and
+    5-20 repair moves cost up to 0.43 nats). The cap is the largest whole-GiB reservation that fits beside the
     least non-KV memory of any point (every compressible sub-block removed, no activation: a lower
     bound, so the cap never forbids a reservation some architecture could afford); ``refine.costs`` adds the
     row ``1 + (KV - cap) / limit``, so greedy moves see KV above it as over the bound."""
-    from autocompress.cost.memory import GiB, memory_breakdown
-
     if "memory" not in names or not relax.mem_floor:
         return {}
     mem = memory_breakdown(relax.arch, relax.spec.target, relax.spec.workloads, relax.profile, relax.device,

@@ -6,18 +6,34 @@
                              measured as ``search.baseline`` measures it
     frontier_candidates      the same measurement as candidates of the default strategy, ranked
                              beside its greedy's (the uniform arm's information, given to both)
+    uniform_seed             the uniform grid's best point as a seed of the per-layer search
 
-Apart from ``search.strategy`` so the per-layer search reads alone; the measures, the report's
-JSON and the error are search's (``_measures``, ``arch_json``, ``finalists_json``).
+Apart from ``search.strategy`` so the per-layer search reads alone; the measures are
+``search.measures``, the report's JSON and the error ``search.final``.
 """
 
 from __future__ import annotations
 
 import time
 
-from autocompress.search.refine import RefineConfig
-from autocompress.search.strategy import NoArchitecture, _measures, arch_json, finalists_json
 from autocompress.feasibility.metrics import Relaxation
+from autocompress.feasibility.variants import apply
+from autocompress.search.baseline import measure_frontier
+from autocompress.search.final import NoArchitecture, arch_json, finalists_json
+from autocompress.search.measures import kl_measures
+from autocompress.search.refine import RefineConfig, Scored
+
+
+def uniform_seed(net, feas, log):
+    """The uniform grid's best point as a state of this supernet, or None (none passed, or it has
+    other global sizes than this supernet's)."""
+    if feas.uniform is None:
+        return None
+    try:
+        return net.indices_of(feas.uniform.evaluation.arch)
+    except ValueError:
+        log("[search] the uniform grid's best point has other global sizes than this supernet's: not a seed")
+        return None
 
 
 def uniform_format_choice(out, swept, family, permuted, cfg, teacher, train_rows, settings, sp, imp, parent_arch, log) -> dict:
@@ -25,15 +41,13 @@ def uniform_format_choice(out, swept, family, permuted, cfg, teacher, train_rows
     the same sizes, so there is no per-layer choice for a router to learn. The candidates are the
     best uniform point of each global variant (expert width) that the exact cost model accepted;
     the parent's KL on held-apart training rows picks one, as ``refine`` does for the others."""
-    from autocompress.feasibility.variants import apply
-
     t0 = time.perf_counter()
     cands = []
     for v, f in swept.tried or ((swept.variant, swept.feasibility),):
         if f.start is None:
             continue
         net = family.supernet(permuted, cfg, sp, apply(parent_arch, v))
-        _, select_kl = _measures(net, teacher, train_rows, settings)
+        _, select_kl = kl_measures(net, teacher, train_rows, settings)
         arch = f.start.evaluation.arch
         kl = select_kl(net.indices_of(arch))
         log(f"[search] uniform point ({v.label()}): hidden {arch.hidden_size}, {arch.params() / 1e6:.2f}M params, "
@@ -64,7 +78,7 @@ def measured_uniform_choice(out, spec, swept, derived, family, permuted, cfg, te
     relaxes = {d: Relaxation(variant, d, spec, derived.profile, derived.device, sp, vimp, derived.limits)
                for d in sp.hidden_grid}
     net = family.supernet(permuted, cfg, sp, variant)
-    _, select_kl = _measures(net, teacher, train_rows, settings)
+    _, select_kl = kl_measures(net, teacher, train_rows, settings)
     measured = _frontier(relaxes, derived, net, select_kl, settings, progress, "baseline: measure candidates")
     if measured is None:
         raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model "
@@ -84,8 +98,6 @@ def frontier_candidates(relaxes, derived, net, select_kl, settings, progress, ha
     candidates ranked beside the greedy's, and the record of that measurement (None: no frontier).
     A frontier point already among ``have`` (the greedy's candidates; the uniform grid seed is
     one) is not listed twice: the report keeps the greedy's name for it."""
-    from autocompress.search.refine import Scored
-
     measured = _frontier(relaxes, derived, net, select_kl, settings, progress, "search: uniform frontier")
     if measured is None:
         return [], None
@@ -102,7 +114,5 @@ def _frontier(relaxes, derived, net, select_kl, settings, progress, label):
     """``baseline.measure_frontier`` with the budget both callers must share: the greedy's
     refinement budget (``RefineConfig.max_evals`` search forwards of search batch x search tokens),
     so the uniform arm and the default's frontier candidates measure the same candidates."""
-    from autocompress.search.baseline import measure_frontier
-
     return measure_frontier(relaxes, derived, net.indices_of, select_kl, settings.search_batch * settings.search_seq,
                             RefineConfig().max_evals, progress, label)

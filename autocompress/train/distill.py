@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
 
 from autocompress.cache import atomic_dir
 from autocompress.data.teacher import TeacherCache, logits_of, topk_kl
@@ -127,7 +128,7 @@ def distill(
         torch.manual_seed(cfg.seed)
 
     captured: dict[int, torch.Tensor] = {}
-    handles = _hooks(hidden, captured)
+    handles = hidden_hooks(hidden, captured)
     seq_len = train_tokens.shape[1] - 1
     bar = (progress or Progress()).task("distill", total=cfg.steps, unit="step")
     if result.steps:  # resumed steps: not part of this run's rate
@@ -149,7 +150,7 @@ def distill(
                 if hidden is not None:
                     with torch.no_grad():
                         logits_of(hidden.teacher, ids)
-                    loss = loss + cfg.hidden_weight * _hidden_mse(hidden, captured)
+                    loss = loss + cfg.hidden_weight * hidden_mse(hidden, captured)
                 (loss / cfg.grad_accum).backward()
                 step_loss += loss.item() / cfg.grad_accum
             if cfg.clip:
@@ -184,7 +185,9 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def _hooks(hidden: HiddenPairs | None, captured: dict[int, torch.Tensor]) -> list:
+def hidden_hooks(hidden: HiddenPairs | None, captured: dict[int, torch.Tensor]) -> list:
+    """Forward hooks that put each pair's student and teacher outputs in ``captured`` (2i, 2i + 1);
+    the handles, to remove them."""
     if hidden is None:
         return []
     handles = []
@@ -194,7 +197,9 @@ def _hooks(hidden: HiddenPairs | None, captured: dict[int, torch.Tensor]) -> lis
     return handles
 
 
-def _hidden_mse(hidden: HiddenPairs, captured: dict[int, torch.Tensor]) -> torch.Tensor:
+def hidden_mse(hidden: HiddenPairs, captured: dict[int, torch.Tensor]) -> torch.Tensor:
+    """The mean over pairs of the MSE between the captured student and teacher outputs (the
+    teacher's cut to the student's width)."""
     total = 0.0
     for i in range(len(hidden.pairs)):
         s, t = captured[2 * i], captured[2 * i + 1].detach()
@@ -211,8 +216,6 @@ def _latest(ckpt_dir: Path) -> Path | None:
 
 
 def _save(ckpt_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, result: DistillResult, cfg: DistillConfig) -> Path:
-    from safetensors.torch import save_file, save_model
-
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"step-{result.steps:08d}"
     with atomic_dir(final, replace=True) as tmp:
@@ -253,8 +256,6 @@ def check_resumable(ckpt: Path, saved: dict, cfg: DistillConfig) -> None:
 
 
 def _load(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, result: DistillResult, cfg: DistillConfig) -> None:
-    from safetensors.torch import load_file, load_model
-
     state = json.loads((ckpt / "state.json").read_text())
     if state.get("version") != CKPT_VERSION:
         raise ValueError(f"{ckpt}: checkpoint version, allowed {CKPT_VERSION}, got {state.get('version')}")

@@ -34,12 +34,12 @@ from pathlib import Path
 
 import torch
 
-from autocompress.cache import atomic_write_json
 from autocompress.build import dist
-from autocompress.train.distill import (DistillConfig, DistillResult, HiddenPairs, _hidden_mse, _hooks, batch_rows,
-                                           check_resumable, lr_at, record_step)
+from autocompress.cache import atomic_write_json
 from autocompress.data.teacher import TeacherCache, TopK, logits_of, topk_kl
 from autocompress.progress import Progress
+from autocompress.train.distill import (DistillConfig, DistillResult, HiddenPairs, batch_rows, check_resumable,
+                                        hidden_hooks, hidden_mse, lr_at, record_step)
 
 CKPT_VERSION = "distill-dcp-1"
 
@@ -89,7 +89,7 @@ def distill_sharded(student: torch.nn.Module, teacher: TeacherCache, train_token
         result.resumed_from = result.steps
 
     captured: dict[int, torch.Tensor] = {}
-    handles = _hooks(hidden, captured)
+    handles = hidden_hooks(hidden, captured)
     n, seq_len = train_tokens.shape[0], train_tokens.shape[1] - 1
     bar = (progress or Progress()).task("distill", total=cfg.steps, unit="step")
     if result.steps:
@@ -115,7 +115,7 @@ def distill_sharded(student: torch.nn.Module, teacher: TeacherCache, train_token
                 if hidden is not None:  # a mean over this rank's rows, weighted by its share of the batch
                     with torch.no_grad():
                         logits_of(hidden.teacher, ids)
-                    loss = loss + cfg.hidden_weight * _hidden_mse(hidden, captured) * (len(mine) / len(rows))
+                    loss = loss + cfg.hidden_weight * hidden_mse(hidden, captured) * (len(mine) / len(rows))
                 (loss / cfg.grad_accum).backward()
                 step_loss += loss.detach().double() / cfg.grad_accum
             if cfg.clip:

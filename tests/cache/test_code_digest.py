@@ -129,12 +129,12 @@ def test_a_build_stage_reruns_when_its_code_changes(tmp_path):
         [f"distill-{first['key']}", f"distill-{edited['key']}"])
 
 
-@pytest.mark.parametrize("which", ["router", "refine", "router_v2"])
+@pytest.mark.parametrize("which", ["refine", "router_v2"])
 def test_search_configs_are_part_of_the_search_key(which, monkeypatch):
     """A changed default of any search config changes the search stage's key."""
     import dataclasses
 
-    from autocompress.search import strategy as search
+    from autocompress.search import config as search
     from autocompress.build.settings import derive_build
     from autocompress.lang.api import load_spec
 
@@ -143,12 +143,10 @@ def test_search_configs_are_part_of_the_search_key(which, monkeypatch):
     real = search.search_configs
 
     def changed(s):
-        router, refine, v2 = real(s)
-        if which == "router":
-            return dataclasses.replace(router, lr=router.lr * 2), refine, v2
+        refine, v2 = real(s)
         if which == "refine":
-            return router, dataclasses.replace(refine, share=refine.share / 2), v2
-        return router, refine, dataclasses.replace(v2, prior=v2.prior / 2)
+            return dataclasses.replace(refine, share=refine.share / 2), v2
+        return refine, dataclasses.replace(v2, prior=v2.prior / 2)
     monkeypatch.setattr(search, "search_configs", changed)
     assert search.search_key_parts(settings) != before
     monkeypatch.setattr(search, "search_configs", real)

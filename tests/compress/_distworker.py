@@ -127,8 +127,8 @@ def main(out: Path, mode: str, ckpt: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))
-    if os.environ.get("DISTWORKER_THREADS"):  # bench/gloo_exit.py: the native threads left after shutdown
+    if os.environ.get("DISTWORKER_THREADS"):  # the native threads left after shutdown (a study of how a rank ends)
         names = sorted(Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task"))
         Path(f"{os.environ['DISTWORKER_THREADS']}-rank{os.environ['RANK']}.json").write_text(json.dumps(names))
-    if os.environ.get("DISTWORKER_EXIT") != "finalize":  # bench/gloo_exit.py's other arm: a plain return
+    if os.environ.get("DISTWORKER_EXIT") != "finalize":  # that study's other arm: a plain return
         dist.leave(0)  # as acc build does under a launcher

@@ -112,7 +112,7 @@ def test_a_parent_that_meets_the_contract_is_not_compressed(tmp_path, monkeypatc
     monkeypatch.setattr(preflight, "applies", lambda spec: True)
     monkeypatch.setattr(preflight, "calibrate_if_needed", lambda *a: None)
     monkeypatch.setattr(preflight, "measure_parent", lambda *a, **k: measured)
-    monkeypatch.setattr("autocompress.build.prepare._parent_folder", lambda spec, parent, progress=None: tmp_path)
+    monkeypatch.setattr("autocompress.build.pipeline.parent_folder", lambda spec, parent, progress=None: tmp_path)
     logs = []
     with pytest.raises(BuildError) as e:
         pipeline.run_build(str(tmp_path / "s.acspec"), progress=logs.append)

@@ -8,8 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from autocompress.search.refine import costs, full_state  # noqa: E402
-from autocompress.search.router import Router  # noqa: E402
-from autocompress.search.router_v2 import RouterV2Config, budget_decode, temperature, train_router_v2  # noqa: E402
+from autocompress.search.router_v2 import Router, RouterV2Config, budget_decode, temperature, train_router_v2  # noqa: E402
 
 from _searchkit import setup_tables  # noqa: E402
 
@@ -56,7 +55,7 @@ def test_choices_change_when_the_loss_says_so_and_only_then():
 
 def test_the_prior_is_a_bias_on_free_logits():
     tables = _loose()
-    r = Router(tables, None, 0.0)
+    r = Router(tables)
     r.set_prior(P0, 2.0)
     assert all(float(p.detach().abs().sum()) == 0.0 for p in r.parameters())  # learned logits start at 0
     h, a, f = r.logits()
@@ -95,13 +94,13 @@ def test_dual_ascent_pushes_an_over_budget_decode_under_the_bound():
 def test_budget_decode_fits_the_tables_by_the_routers_preference():
     tables, _ = setup_tables()
     full = full_state(tables, 0)
-    r = Router(tables, None, 0.0)
+    r = Router(tables)
     r.set_prior(full, 5.0)  # the argmax is the parent: 10% over the TPOT bound
     assert budget_decode(r, tables)[0] != full and max(costs(tables, full)) > 1.0
     plain, n, _ = budget_decode(r, tables)
     assert max(costs(tables, plain)) <= 1.0 and n >= 1
     for layer in (1, 4):  # kept whole above; now the router barely minds it one step narrower: it changes
-        r2 = Router(tables, None, 0.0)
+        r2 = Router(tables)
         r2.set_prior(full, 5.0)
         with torch.no_grad():
             r2.ffn[layer, full[2][layer] - 1] = 4.999
@@ -109,7 +108,7 @@ def test_budget_decode_fits_the_tables_by_the_routers_preference():
         assert max(costs(tables, point)) <= 1.0
         assert plain[2][layer] == full[2][layer] and point[2][layer] < full[2][layer]
     loose = _loose()  # within the tables already: the argmax, unchanged
-    r3 = Router(loose, None, 0.0)
+    r3 = Router(loose)
     r3.set_prior(full_state(loose, 0), 5.0)
     assert budget_decode(r3, loose) == (full_state(loose, 0), 0, 0)
 
@@ -119,7 +118,7 @@ def test_budget_decode_spends_the_slack_by_the_routers_preference():
 
     tables, _ = setup_tables(6.0e-4)  # the parent is over the TPOT bound; P0 is well under it
     assert max(costs(tables, full_state(tables, 0))) > 1.0 and max(costs(tables, P0)) < 0.95
-    r = Router(tables, None, 0.0)
+    r = Router(tables)
     r.set_prior(P0, 5.0)
     filled, moves, fills = budget_decode(r, tables)
     assert moves == 0 and fills >= 1 and filled != P0
@@ -127,7 +126,7 @@ def test_budget_decode_spends_the_slack_by_the_routers_preference():
     # maximal: no one-step-larger option of any sub-block still fits
     assert all(max(costs(tables, apply(filled, [m]))) > 1.0 for m in up_moves(tables, filled))
     # by preference: layer 3's FFN one step wider, which the router barely minds, is bought first
-    r2 = Router(tables, None, 0.0)
+    r2 = Router(tables)
     r2.set_prior(P0, 5.0)
     with torch.no_grad():
         r2.ffn[3, P0[2][3] + 1] = 4.999
@@ -168,12 +167,12 @@ def test_resume_gives_the_same_decode_as_an_uninterrupted_run(tmp_path):
 def test_the_search_key_holds_router_v2s_config():
     from dataclasses import replace
 
-    from autocompress.search.strategy import search_configs, search_key_parts
+    from autocompress.search.config import search_configs, search_key_parts
     from autocompress.build.settings import derive_build
 
     _, relax = setup_tables()
     s = derive_build(relax.spec)
-    v2 = search_configs(s)[2]
+    v2 = search_configs(s)[1]
     per_step = s.search_batch * s.search_seq
     assert v2.steps == s.search_tokens // per_step >= 64  # the derived budget: at least 64 steps
     assert v2.tau_start == s.search_temperature == 1.0

@@ -174,12 +174,12 @@ def test_no_kv_row_where_the_engine_does_not_round_the_reservation():
 
 
 def test_the_routers_expected_costs_carry_the_kv_row_and_agree_with_discrete_states():
-    """The routers charge the KV-reservation row on the expected heads (``router.expected_costs``):
+    """Router v2 charges the KV-reservation row on the expected heads (``router_v2.expected_costs``):
     at one-hot probabilities it equals ``refine.costs`` row by row, so a router above the cap is
     pushed back before decoding, and the row is differentiable in the attention probabilities."""
     torch = pytest.importorskip("torch")
     from autocompress.search.refine import costs, full_state
-    from autocompress.search.router import StackedTables, expected_costs
+    from autocompress.search.router_v2 import StackedTables, expected_costs
     from autocompress.search.tables import KV_ROW
 
     parent = _parent()

@@ -130,7 +130,7 @@ def test_the_runoff_takes_the_leader_and_a_runner_up_within_the_margin():
 
 
 def test_the_runoff_decides_and_the_first_round_is_kept():
-    first = _first_round([1.9415, 1.9454, 2.3])  # code-5070 seed 1's first round (bench/results/shortlist_horizon.md)
+    first = _first_round([1.9415, 1.9454, 2.3])  # code-5070 seed 1's first round (a measured shortlist)
     picked = runoff.entrants(first, 0.02)
     second = {"finalists": [{"kl_after": 1.7018}, {"kl_after": 1.6559}], "chosen": 1, "steps": 30, "seconds": 4.0}
     res = runoff.merge(first, second, picked, 0.02)

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autocompress.families import _checkpoint as ck  # noqa: E402
+from autocompress.families import checkpoint as ck  # noqa: E402
 from autocompress.nn.mamba2 import segsum, ssd  # noqa: E402
 from autocompress.nn.moe import Router, experts, mixed_route, route  # noqa: E402
 

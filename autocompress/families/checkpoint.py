@@ -15,12 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 
 def read_folder(folder: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """(config.json, fp32 tensors of every ``*.safetensors`` file) of a Hugging Face folder."""
-    from safetensors.torch import load_file
-
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text())
     tensors: dict[str, torch.Tensor] = {}
