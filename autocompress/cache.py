@@ -159,7 +159,7 @@ _STRING = re.compile(r"[\"'](autocompress(?:\.\w+)+)[\"']")
 # so this table is not read as imports of those modules).
 DATA_FILES = {
     "_resources": ("grammar/acspec.lark", "specs/*.json"),
-    "lang._tables": ("autocompress/lang/acspec.lalr.json",),
+    "lang.tables": ("autocompress/lang/acspec.lalr.json",),
     "cost.profile": ("autocompress/cost/profiles/*.json",),
 }
 

@@ -21,7 +21,9 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+from autocompress.check import check_source, run_check
 from autocompress.diagnostics import EXIT_INVALID, EXIT_OK, SpecError
+from autocompress.report.diff import build_diff, side
 
 
 class DiffError(Exception):
@@ -64,9 +66,6 @@ def read_revision(path: str, rev: str) -> str | None:
 
 
 def _checked(label: str, path: str, source: str | None) -> dict:
-    from autocompress.check import check_source, run_check
-    from autocompress.report.diff import side
-
     try:
         result = run_check(path) if source is None else check_source(source, path)
     except SpecError as err:
@@ -77,8 +76,6 @@ def _checked(label: str, path: str, source: str | None) -> dict:
 
 def run_diff(old: str | None, new: str, base: str | None = None) -> DiffResult:
     """The diff of spec ``old`` (or ``new`` at revision ``base``) and spec ``new``."""
-    from autocompress.report.diff import build_diff, side
-
     if (old is None) == (base is None):
         raise DiffError("give OLD.acspec NEW.acspec, or --base REV NEW.acspec")
     if base is not None:

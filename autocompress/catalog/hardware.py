@@ -59,7 +59,7 @@ HARDWARE: dict[str, Device] = {
     # Hopper / Blackwell SXM: NVLink 4 900 GB/s, NVLink 5 1.8 TB/s total (half per direction).
     "h100-sxm": Device("h100-sxm", "gpu", 80 * GiB, 3350 * G, 989 * T, 1979 * T, 67 * T, 132, 450e9, _SHEET),
     "h100-pcie": Device("h100-pcie", "gpu", 80 * GiB, 2000 * G, 756 * T, 1513 * T, 51 * T, 114, PCIE5_X16, _SHEET),
-    # H200 memory: measured on a lent H200 2026-11-29, torch.cuda.mem_get_info() total = 150,109,880,320 B
+    # H200 memory: measured on a lent H200, torch.cuda.mem_get_info() total = 150,109,880,320 B
     # (139.8 GiB; nvidia-smi 143771 MiB), below the sheet's 141 GB. Same probe: device copy 4.23 TB/s,
     # bf16 8192^3 matmul 742 TFLOP/s (0.75 of peak), torch eager launch 9.8 us, CUDA-graph kernel 1.1 us.
     "h200": Device("h200", "gpu", 150_109_880_320, 4800 * G, 989 * T, 1979 * T, 67 * T, 132, 450e9,
@@ -68,7 +68,7 @@ HARDWARE: dict[str, Device] = {
     "gb200": Device("gb200", "gpu", 186 * GiB, 8000 * G, 2500 * T, 5000 * T, 80 * T, 148, 900e9,
                     _SHEET + " (per GPU)"),
     # This development host: 2 cores, 24 GiB. fp32 matmul ~95 GFLOP/s and bf16 ~0.3 GFLOP/s (no
-    # AVX512-BF16) as measured in product.md. Memory bandwidth: measured on the dev host 2026-11-29
+    # AVX512-BF16) as measured in product.md. Memory bandwidth: measured on the dev host
     # with `python -c "a=np.ones(2**26); b=np.empty_like(a); np.copyto(b,a)"` (best of 5, read+write
     # bytes counted): 12.4 GB/s. No fp8.
     "cpu": Device("cpu", "cpu", 24 * GiB, 12.4 * G, 0.3 * G, None, 95 * G, 2, 12.4 * G,

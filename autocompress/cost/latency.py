@@ -1,4 +1,4 @@
-"""Workload latency and throughput from the per-op roofline (cost model v1).
+"""Workload latency and throughput from the per-op roofline.
 
 A step's time is the sum of its ops' ``op_time`` plus a per-executed-block overhead (eager
 steps only: inside a CUDA graph no Python runs per layer) plus the engine's per-step overhead
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from autocompress.catalog.engines import SchedulerLimits, kv_block_size
 from autocompress.catalog.hardware import resolve_device
 from autocompress.cost.profile import load_profile
-from autocompress.cost.roofline import (Numerics, Op, Pass, block_ops, kv_read_tokens, model_ops, op_time, roofline_seconds,
+from autocompress.cost.roofline import (Numerics, Op, Pass, block_ops, kv_read_tokens, model_ops, roofline_seconds,
                                         shared_read_tokens)
-from autocompress.cost.schedule import WorkloadPlan, prefill_tokens, workload_plan  # noqa: F401 (re-exported)
+from autocompress.cost.schedule import WorkloadPlan, cached_tokens, prefill_tokens, workload_plan  # noqa: F401 (re-exported)
 from autocompress.ir import Architecture, Attention, Mamba2
 
 
@@ -111,6 +111,15 @@ def sub_block_overhead(block, k, seqs: float) -> float:
     return oh
 
 
+def _op_terms(op: Op, device, profile, nb: Numerics, in_graph: bool) -> tuple[float, float, float, float, float]:
+    """(time, compute-bound time, memory-bound time, launch overhead, weight bytes) of one op in a step."""
+    k = profile.kernel
+    c, m = roofline_seconds(op, device, profile, nb.weight)
+    launch = op.launches * (k.graph_launch_s if in_graph else k.launch_s)
+    return (max(c, m) + launch, max(c, m) if c > m else 0.0, max(c, m) if c <= m else 0.0, launch,
+            op.weight_bytes)
+
+
 def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph: bool | str = False) -> StepCost:
     """Time of one engine step running pass ``p``.
 
@@ -118,24 +127,38 @@ def step_cost(arch: Architecture, p: Pass, device, profile, nb: Numerics, graph:
     ``"piecewise"`` (vLLM's piecewise graphs for mixed / prefill steps of at most the largest
     capture size in tokens: graph launch costs except for the attention core, which runs eagerly
     between the pieces, and the per-layer overhead stays).
+
+    Identical blocks have identical ops: each distinct block's op terms are computed once (a
+    NemotronH-56B step has 118 blocks of a few kinds), then summed over the layers in order.
     """
     k = profile.kernel
     layer_oh = 0.0 if graph is True else k.layer_overhead_s
-    sub_oh = [0.0 if graph is True else sub_block_overhead(b, k, p.seqs) for b in arch.blocks]
+    seqs = p.seqs
+    sub_oh = [0.0 if graph is True else sub_block_overhead(b, k, seqs) for b in arch.blocks]
     blocks = [0.0] * arch.num_layers
     head = comp = mem = wbytes = 0.0
     overhead = k.step_overhead_s + layer_oh * _executed_blocks(arch) + sum(sub_oh)
-    for i, op in _ops(arch, p, nb):
-        in_graph = graph is True or (graph == "piecewise" and op.cls != "attention")
-        t = op_time(op, device, profile, nb.weight, in_graph)
-        c, m = roofline_seconds(op, device, profile, nb.weight)
-        comp += max(c, m) if c > m else 0.0
-        mem += max(c, m) if c <= m else 0.0
-        overhead += op.launches * (k.graph_launch_s if in_graph else k.launch_s)
-        wbytes += op.weight_bytes
-        if i is None:
-            head += t
-        else:
+
+    def terms(ops: list[Op]) -> list[tuple[float, float, float, float, float]]:
+        return [_op_terms(op, device, profile, nb, graph is True or (graph == "piecewise" and op.cls != "attention"))
+                for op in ops]
+
+    for t, c, m, launch, w in terms(model_ops(arch, p, nb)):
+        comp += c
+        mem += m
+        overhead += launch
+        wbytes += w
+        head += t
+    per_block: dict = {}
+    for i, b in enumerate(arch.blocks):
+        rows = per_block.get(b)
+        if rows is None:
+            rows = per_block[b] = terms(block_ops(arch, b, p, nb))
+        for t, c, m, launch, w in rows:
+            comp += c
+            mem += m
+            overhead += launch
+            wbytes += w
             blocks[i] += t
     for i, b in enumerate(arch.blocks):
         if b.mixer is not None or b.ffn is not None:
@@ -183,13 +206,26 @@ def decode_sum(arch: Architecture, seqs: float, kv_lo: int, kv_hi: int, device, 
                                  + sum(sub_block_overhead(b, k, seqs) for b in arch.blocks))
     total = 0.0
     for a, b in bounds:
-        ops_a = _ops(arch, Pass.decode(seqs, a, shared), nb)
-        ops_b = _ops(arch, Pass.decode(seqs, a + 1, shared), nb)
-        for (_, oa), (_, ob) in zip(ops_a, ops_b):
-            ca, ma = roofline_seconds(oa, device, profile, nb.weight)
-            cb, mb = roofline_seconds(ob, device, profile, nb.weight)
-            # x = L - a: time = max(ca + (cb-ca) x, ma + (mb-ma) x)
-            total += _sum_max_affine(ca, cb - ca, ma, mb - ma, 0, b - a) + (b - a + 1) * oa.launches * launch
+        pa, pb = Pass.decode(seqs, a, shared), Pass.decode(seqs, a + 1, shared)
+
+        def sums(ops_a: list[Op], ops_b: list[Op]) -> list[float]:
+            out = []
+            for oa, ob in zip(ops_a, ops_b):
+                ca, ma = roofline_seconds(oa, device, profile, nb.weight)
+                cb, mb = roofline_seconds(ob, device, profile, nb.weight)
+                # x = L - a: time = max(ca + (cb-ca) x, ma + (mb-ma) x)
+                out.append(_sum_max_affine(ca, cb - ca, ma, mb - ma, 0, b - a) + (b - a + 1) * oa.launches * launch)
+            return out
+
+        for term in sums(model_ops(arch, pa, nb), model_ops(arch, pb, nb)):
+            total += term
+        per_block: dict = {}  # identical blocks, identical sums (``step_cost``)
+        for blk in arch.blocks:
+            rows = per_block.get(blk)
+            if rows is None:
+                rows = per_block[blk] = sums(block_ops(arch, blk, pa, nb), block_ops(arch, blk, pb, nb))
+            for term in rows:
+                total += term
         total += (b - a + 1) * const
     return total
 
@@ -242,8 +278,6 @@ def decode_floor(arch: Architecture, target, workload, device=None) -> float:
     + Mamba states read. No efficiency
     factor, no launches, no engine overhead: nothing can beat it.
     """
-    from autocompress.cost.schedule import cached_tokens
-
     device = device or resolve_device(target.hardware)
     nb = Numerics.from_target(target)
     c, L = workload.concurrency, workload.input_tokens + 1

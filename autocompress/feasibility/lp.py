@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autocompress.feasibility._cvx import cvxpy
+from autocompress.feasibility.cvx_import import cvxpy
 from autocompress.feasibility.metrics import A, G, K, W, Relaxation
 from autocompress.ir import MLP, Attention, MoE
 

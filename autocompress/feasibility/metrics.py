@@ -24,7 +24,7 @@ piecewise-linear curves (``feasibility.importance``). A_l = (a_l + psi(k_l/KV_l)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from autocompress.cost.schedule import workload_plan
 from autocompress.cost.memory import kv_cache_bytes, memory_breakdown
 from autocompress.cost.roofline import Numerics, Op, Pass, charged_bytes, model_ops, roofline_seconds
 from autocompress.cost.op_tables import block_op_table
-from autocompress.ir import MLP, Architecture, Attention, MoE
+from autocompress.ir import MLP, Architecture, Attention, Block, MoE
 from autocompress.plan.options import attention_removable, ffn_removable
 
 A, K, G, W = 0, 1, 2, 3  # variable kinds, laid out as x[kind * L + l]
@@ -70,6 +70,7 @@ class Relaxation:
         self.L = parent.num_layers
         self.nb = Numerics.from_target(spec.target)
         self.ep: list[tuple] = []  # epigraph rows (keep idx, var idx, P_keep, P_var, Q_keep, Q_var)
+        self._scale_of: dict[str, tuple[float, float]] = {}  # op class -> (s per FLOP, s per byte)
         self._bounds()
         self.metrics: dict[str, Metric] = {}
         for w in spec.workloads:
@@ -93,7 +94,7 @@ class Relaxation:
                     lo[A * L + l] = 1
                 if not sp.allows("kv_heads"):
                     lo[K * L + l] = m.kv_heads
-            elif m is not None:  # Mamba mixers are not compressed in v1: frozen at the parent's
+            elif m is not None:  # Mamba mixers are not compressed by the LP: frozen at the parent's
                 self.at[A * L + l] = lo[A * L + l] = hi[A * L + l] = 1
             if isinstance(f, (MLP, MoE)):
                 size = f.width if isinstance(f, MLP) else f.experts
@@ -110,16 +111,20 @@ class Relaxation:
     # ---- latency -------------------------------------------------------------------------
     def _scales(self, cls: str) -> tuple[float, float]:
         """Seconds per FLOP and per byte of an op class (before the serial-fraction mixing)."""
-        c, _ = roofline_seconds(Op("u", 1.0, 0.0, 0.0, cls), self.device, self.profile, self.nb.weight)
-        _, m = roofline_seconds(Op("u", 0.0, 1.0, 0.0, cls), self.device, self.profile, self.nb.weight)
-        return c, m
+        if cls not in self._scale_of:
+            c, _ = roofline_seconds(Op("u", 1.0, 0.0, 0.0, cls), self.device, self.profile, self.nb.weight)
+            _, m = roofline_seconds(Op("u", 0.0, 1.0, 0.0, cls), self.device, self.profile, self.nb.weight)
+            self._scale_of[cls] = (c, m)
+        return self._scale_of[cls]
 
     def _step(self, p: Pass, graph: bool | str) -> tuple[float, np.ndarray, dict, float]:
         """(const, lin, epigraph rows, per-layer overhead) of one engine step, affine in x.
 
         Mirrors ``cost.latency.step_cost``: ``graph`` False (eager), True (full CUDA graph) or
         "piecewise" (graph launches except the attention core; per-layer overhead stays).
-        Identical blocks share one op table and are placed for all their layers at once.
+        Identical blocks share one op table and are placed for all their layers at once, all the
+        table's rows together (arrays of rows x layers; each value is added to ``lin`` in the
+        order of the rows, so the sums are those of one row at a time).
         """
         L, k = self.L, self.profile.kernel
         sf = k.serial_fraction
@@ -138,6 +143,7 @@ class Relaxation:
         for blk, layers in self._groups.items():
             S = np.array(layers)
             table = block_op_table(self.arch, layers[0], p, self.device, self.profile, self.nb)
+            live = []  # rows that vary with x: (keep, var, has a size variable, flops, bytes, dflops, dbytes, scales, launch)
             for row in table.rows:
                 keep, var = (A, K) if row.part == "mixer" else (G, W)
                 sl_f, sl_b = dict(row.dflops), dict(row.dbytes)
@@ -149,31 +155,42 @@ class Relaxation:
                                        + launch)
                     continue
                 df, db = (sl_f.get(vname, 0.0), sl_b.get(vname, 0.0)) if vname else (0.0, 0.0)
-                at = self.at[var * L + S] if vname else np.zeros(len(S))
-                pk, pv = cs * (row.op.flops - df * at), np.full(len(S), cs * df)  # compute side, per layer
-                qk, qv = ms * (charged_bytes(row.op, self.profile) - db * at), np.full(len(S), ms * db)  # memory side
-                if sf:  # each side carries the serial share of the other (``roofline_seconds``)
-                    pk, qk, pv, qv = pk + sf * qk, qk + sf * pk, pv + sf * qv, qv + sf * pv
-                lin[keep * L + S] += launch
-                # dominance over the corners of the feasible (keep, var) region, (1, smallest kept
-                # size) and (1, largest), where the sign of an affine difference is decided; at
-                # (0, 0) both sides are 0. Exact on that region, so the LP's optimum is unchanged.
-                lo_v = np.maximum(self.lo[var * L + S], self.kept_min[var * L + S]) if vname else 0.0
-                hi_v = self.hi[var * L + S] if vname else 0.0
-                d_lo, d_hi = (pk - qk) + (pv - qv) * lo_v, (pk - qk) + (pv - qv) * hi_v
-                comp = (d_lo >= 0) & (d_hi >= 0)
-                mem = (d_lo <= 0) & (d_hi <= 0) & ~comp
-                mixed = ~(comp | mem)
-                np.add.at(lin, keep * L + S, np.where(comp, pk, np.where(mem, qk, 0.0)))
-                if vname:
-                    np.add.at(lin, var * L + S, np.where(comp, pv, np.where(mem, qv, 0.0)))
-                mix = np.nonzero(mixed)[0]
-                zero = np.zeros(len(S))
-                first = len(self.ep)
-                self.ep += zip((keep * L + S[mix]).tolist(), (var * L + S[mix]).tolist(), pk[mix].tolist(),
-                               (pv if vname else zero)[mix].tolist(), qk[mix].tolist(), (qv if vname else zero)[mix].tolist())
-                for j in range(first, len(self.ep)):  # each new row once, weight 1
-                    tws[j] = 1.0
+                live.append((keep, var, vname is not None, row.op.flops, charged_bytes(row.op, self.profile), df, db,
+                             cs, ms, launch))
+            if not live:
+                continue
+            keep, var, has, flops, nbytes, df, db, cs, ms, launch = (np.array(c)[:, None] for c in zip(*live))
+            shape = (len(live), len(S))
+            kidx, vidx = keep * L + S, var * L + S  # (rows, layers)
+            at = np.where(has, self.at[vidx], 0.0)
+            pk, pv = cs * (flops - df * at), np.broadcast_to(cs * df, shape)  # compute side, per row and layer
+            qk, qv = ms * (nbytes - db * at), np.broadcast_to(ms * db, shape)  # memory side
+            if sf:  # each side carries the serial share of the other (``roofline_seconds``)
+                pk, qk, pv, qv = pk + sf * qk, qk + sf * pk, pv + sf * qv, qv + sf * pv
+            # dominance over the corners of the feasible (keep, var) region, (1, smallest kept
+            # size) and (1, largest), where the sign of an affine difference is decided; at
+            # (0, 0) both sides are 0. Exact on that region, so the LP's optimum is unchanged.
+            lo_v = np.where(has, np.maximum(self.lo[vidx], self.kept_min[vidx]), 0.0)
+            hi_v = np.where(has, self.hi[vidx], 0.0)
+            d_lo, d_hi = (pk - qk) + (pv - qv) * lo_v, (pk - qk) + (pv - qv) * hi_v
+            comp = (d_lo >= 0) & (d_hi >= 0)
+            mem = (d_lo <= 0) & (d_hi <= 0) & ~comp
+            mixed = ~(comp | mem)
+            pv, qv = np.where(has, pv, 0.0), np.where(has, qv, 0.0)
+            # per row, in order: the launches and the keep side on the keep variable, the size side
+            # on the size variable (rows that have one)
+            idx = np.stack([kidx, kidx, vidx], axis=1)
+            val = np.stack([np.broadcast_to(launch, shape), np.where(comp, pk, np.where(mem, qk, 0.0)),
+                            np.where(comp, pv, np.where(mem, qv, 0.0))], axis=1)
+            use = np.ones(idx.shape, bool)
+            use[:, 2, :] = has
+            np.add.at(lin, idx[use], val[use])
+            rows, cols = np.nonzero(mixed)  # row by row, layers in order
+            first = len(self.ep)
+            self.ep += zip(kidx[rows, cols].tolist(), vidx[rows, cols].tolist(), pk[rows, cols].tolist(),
+                           pv[rows, cols].tolist(), qk[rows, cols].tolist(), qv[rows, cols].tolist())
+            for j in range(first, len(self.ep)):  # each new row once, weight 1
+                tws[j] = 1.0
         if graph is not True:  # per executed sub-block (``latency.sub_block_overhead``): on its keep variable
             attn = k.attention_overhead_s + p.seqs * k.attention_seq_overhead_s
             for l, b in enumerate(self.parent.blocks):
@@ -270,8 +287,6 @@ class Relaxation:
                                                             1, kv_block_size(t.engine, self.device))
                     kv[K * L + l] = per_mixer[b.mixer]
             kvs.append((w.name, kv))
-        from autocompress.feasibility.rounding import arch_to_x, x_to_arch  # it imports this module
-
         small = x_to_arch(self, np.where(self.lo > 0, np.maximum(self.lo, self.kept_min), 0.0), floor=True)
         low = memory_breakdown(small, t, self.spec.workloads, self.profile, self.device, self.limits)
         # the constants: of the parent (an upper bound, steering) or of the smallest legal
@@ -286,8 +301,8 @@ class Relaxation:
         if self.proof:
             const -= 64.0  # the margin's ceil() rounds each architecture by < 1 byte
         # vLLM CPU reserves whole GiB: the LP charges max(KV, the smallest architecture's reservation)
-        # and leaves the rounding to the exact check; the parent's reservation as the floor (as
-        # before) made a contract that must shrink the KV cache below it look impossible
+        # and leaves the rounding to the exact check; the parent's reservation as the floor would make
+        # a contract that must shrink the KV cache below it look impossible
         floor = low.kv_reserved_bytes if low.cpu_kv_space_gib else 0.0
         self.mem_const, self.mem_w, self.mem_kvs, self.mem_floor = const, (1 + mf) * wlin, kvs, floor
         self.mem_limit = float(t.memory_limit_bytes or mem.limit_bytes)
@@ -311,3 +326,50 @@ class Relaxation:
                 limit = w.concurrency * w.output_tokens / b.value if b.metric == "throughput" else b.value
                 out[f"{w.name}.{b.metric}"] = (m.const, row, limit)
         return out
+
+
+# ---- points and architectures ------------------------------------------------------------------
+def x_to_arch(relax: Relaxation, x: np.ndarray, floor: bool = False) -> Architecture:
+    """Round an LP point to legal sizes: to the nearest, or (``floor``) down, which keeps a
+    feasible point feasible since every cost grows with every size."""
+    L, sp, parent = relax.L, relax.space, relax.parent
+    blocks = []
+    for l, b in enumerate(parent.blocks):
+        m, f = b.mixer, b.ffn
+        if isinstance(m, Attention):
+            if x[A * L + l] >= 0.5 or relax.lo[A * L + l] == 1:
+                choices = sp.kv_choices or (m.kv_heads,)
+                below = [c for c in choices if c <= x[K * L + l] + 1e-6]
+                kv = (max(below) if below else min(choices)) if floor else \
+                    min(choices, key=lambda c: (abs(c - x[K * L + l]), -c))
+                m = replace(m, kv_heads=kv)
+            else:
+                m = None
+        if isinstance(f, MLP):
+            step = min(sp.ffn_step, f.width)
+            q = x[W * L + l] / step
+            width = int(np.floor(q + 1e-6) if floor else round(q)) * step
+            f = replace(f, width=min(width, f.width)) if (x[G * L + l] >= 0.5 and width >= step) else None
+        elif isinstance(f, MoE):
+            if x[G * L + l] >= 0.5:
+                e = min(sp.expert_choices or (f.experts,), key=lambda c: abs(c - x[W * L + l]))
+                f = replace(f, experts=e)
+            else:
+                f = None
+        blocks.append(Block(m, f))
+    return relax.arch.with_blocks(tuple(blocks))
+
+
+def arch_to_x(relax: Relaxation, arch: Architecture) -> np.ndarray:
+    L = relax.L
+    x = np.zeros(4 * L)
+    for l, b in enumerate(arch.blocks):
+        if b.mixer is not None:
+            x[A * L + l] = 1
+            if isinstance(b.mixer, Attention):
+                x[K * L + l] = b.mixer.kv_heads
+        if isinstance(b.ffn, MLP):
+            x[G * L + l], x[W * L + l] = 1, b.ffn.width
+        elif isinstance(b.ffn, MoE):
+            x[G * L + l], x[W * L + l] = 1, b.ffn.experts
+    return x

@@ -155,7 +155,7 @@ def prior_importance(parent: Architecture) -> Importance:
     Without measurements we assume no layer matters more than another, except the first and the
     last: ShortGPT's block influence and Minitron's depth importance both rank them highest. A
     parameter-proportional prior was tried first and rejected: it valued an attention sub-block at
-    a quarter of an FFN (SmolLM2) and the LP removed every attention layer but one (decisions.md).
+    a quarter of an FFN (SmolLM2) and the LP removed every attention layer but one (docs/cost-model.md).
     """
     L = parent.num_layers
     w = [2.0 if l in (0, L - 1) else 1.0 for l in range(L)]

@@ -5,7 +5,7 @@
    a sub-block removed) with the most violation removed per importance lost;
 3. **fill** the slack rounding left: the reverse moves, best importance gained per cost added.
 
-Moves are scored in the LP's own variables with its numeric model (``_numeric``), all candidate
+Moves are scored in the LP's own variables with its numeric model (``arrays``), all candidate
 moves at once and each from its own layer's terms. That model is exact at integer points except
 for the midpoint rule over a batch workload's decode steps, so the exact cost model judges the
 result and, if it disagrees, the repair continues under the exact model.
@@ -15,71 +15,25 @@ the model, which the relaxation charges at the parent's value. Where the profile
 values here add the point's own count (``_true``), and the down moves include merging an FFN into
 a narrower width another layer already has: narrowing one FFN to a new width adds two shapes and
 can cost more memory than it frees, so without merges the repair of a heterogeneous rounding never
-reaches the bound (the README's contract on a freshly calibrated machine, 2026-12-02).
+reaches the bound (the README's contract on a freshly calibrated machine).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from autocompress.feasibility._numeric import layer_terms, move_deltas, numeric, relaxed_batch
+from autocompress.feasibility.arrays import layer_terms, move_deltas, numeric, relaxed_batch
 from autocompress.feasibility.exact import Evaluation, evaluate
 from autocompress.feasibility.shapes import shape_count as _shape_count, shape_price as _shape_price
-from autocompress.feasibility.metrics import A, G, K, W, Relaxation
-from autocompress.ir import MLP, Architecture, Attention, Block, MoE
+from autocompress.feasibility.metrics import A, G, K, W, Relaxation, arch_to_x, x_to_arch
+from autocompress.ir import MLP, Architecture, Attention, MoE
 
 MAX_MOVES = 256
 MULTI_STEPS = (1, 4, 16)  # FFN moves of 1, 4 and 16 grid steps: long walks take few iterations
 EXACT_RETRIES = 8
-
-
-def x_to_arch(relax: Relaxation, x: np.ndarray, floor: bool = False) -> Architecture:
-    """Round an LP point to legal sizes: to the nearest, or (``floor``) down, which keeps a
-    feasible point feasible since every cost grows with every size."""
-    L, sp, parent = relax.L, relax.space, relax.parent
-    blocks = []
-    for l, b in enumerate(parent.blocks):
-        m, f = b.mixer, b.ffn
-        if isinstance(m, Attention):
-            if x[A * L + l] >= 0.5 or relax.lo[A * L + l] == 1:
-                choices = sp.kv_choices or (m.kv_heads,)
-                below = [c for c in choices if c <= x[K * L + l] + 1e-6]
-                kv = (max(below) if below else min(choices)) if floor else \
-                    min(choices, key=lambda c: (abs(c - x[K * L + l]), -c))
-                m = replace(m, kv_heads=kv)
-            else:
-                m = None
-        if isinstance(f, MLP):
-            step = min(sp.ffn_step, f.width)
-            q = x[W * L + l] / step
-            width = int(np.floor(q + 1e-6) if floor else round(q)) * step
-            f = replace(f, width=min(width, f.width)) if (x[G * L + l] >= 0.5 and width >= step) else None
-        elif isinstance(f, MoE):
-            if x[G * L + l] >= 0.5:
-                e = min(sp.expert_choices or (f.experts,), key=lambda c: abs(c - x[W * L + l]))
-                f = replace(f, experts=e)
-            else:
-                f = None
-        blocks.append(Block(m, f))
-    return relax.arch.with_blocks(tuple(blocks))
-
-
-def arch_to_x(relax: Relaxation, arch: Architecture) -> np.ndarray:
-    L = relax.L
-    x = np.zeros(4 * L)
-    for l, b in enumerate(arch.blocks):
-        if b.mixer is not None:
-            x[A * L + l] = 1
-            if isinstance(b.mixer, Attention):
-                x[K * L + l] = b.mixer.kv_heads
-        if isinstance(b.ffn, MLP):
-            x[G * L + l], x[W * L + l] = 1, b.ffn.width
-        elif isinstance(b.ffn, MoE):
-            x[G * L + l], x[W * L + l] = 1, b.ffn.experts
-    return x
 
 
 def structure_floor(relax: Relaxation, fix: dict) -> np.ndarray:

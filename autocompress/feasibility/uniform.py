@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from autocompress.feasibility._numeric import relaxed_batch
+from autocompress.feasibility.arrays import relaxed_batch
 from autocompress.feasibility.exact import evaluate
-from autocompress.feasibility.metrics import A, G, K, W, Relaxation
-from autocompress.feasibility.rounding import arch_to_x, x_to_arch
+from autocompress.feasibility.metrics import A, G, K, W, Relaxation, arch_to_x, x_to_arch
 from autocompress.ir import MLP, MoE
 
 DEPTH_SHARES = (0.0, 0.125, 0.25, 0.375, 0.5)  # shares of layers removed (Minitron: up to ~50%)

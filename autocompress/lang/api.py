@@ -4,93 +4,20 @@
     parse_spec_with_warnings(...) -> (Spec, [warning Diagnostic])
     load_spec(path) -> Spec                                       # reads the file
     load_spec_with_warnings(path) -> (Spec, [warning Diagnostic])
+    read_spec_file(path) -> str                                   # SpecError for an unreadable file
     format_spec(spec_or_source) -> str                            # canonical text
 
-Stages (one module each): parser (syntax -> AST) -> lower (units, names -> projection) ->
-schema (ranges) -> semantic (cross-value meaning) -> model.spec_from_projection (the frozen Spec).
+Reading is ``load``'s (parser -> lower -> schema -> semantic -> model.spec_from_projection),
+formatting ``fmt``'s.
 """
 
 from __future__ import annotations
 
-import os
+from autocompress.diagnostics import SpecError
+from autocompress.lang.fmt import format_spec
+from autocompress.lang.load import (load_spec, load_spec_with_warnings, parse_spec, parse_spec_with_warnings,
+                                    read_spec_file)
+from autocompress.lang.model import Spec
 
-from autocompress.diagnostics import Diagnostic, Span, SpecError
-from autocompress.lang.model import Spec, spec_from_projection
-
-__all__ = ["parse_spec", "parse_spec_with_warnings", "load_spec", "load_spec_with_warnings", "format_spec",
-           "Spec", "SpecError"]
-
-
-def parse_spec_with_warnings(source: str, path: str = "<spec>", base_dir: str | None = None
-                             ) -> tuple[Spec, list[Diagnostic]]:
-    """Check ``source`` completely; return the Spec and its warnings, or raise SpecError with
-    every error (syntax errors alone when there are any: later checks need a whole file)."""
-    from autocompress.lang import lower, schema, semantic
-    from autocompress.lang.parser import parse_ast
-
-    if base_dir is None and path not in ("<spec>", "") and not path.startswith("<"):
-        base_dir = os.path.dirname(os.path.abspath(path))
-    file, diags = parse_ast(source)
-    if file is None:
-        raise SpecError(diags, path, source)
-    p = lower.project(file, base_dir)
-    diags = list(p.diagnostics) + schema.check(p) + semantic.check(p)
-    errors = [d for d in diags if d.severity == "error"]
-    warnings = sorted((d for d in diags if d.severity != "error"), key=lambda d: (d.span.line, d.span.column))
-    if errors:
-        raise SpecError(errors + warnings, path, source)
-    return spec_from_projection(p, path), warnings
-
-
-def parse_spec(source: str, path: str = "<spec>", base_dir: str | None = None) -> Spec:
-    return parse_spec_with_warnings(source, path, base_dir)[0]
-
-
-def read_spec_file(path) -> str:
-    """The text of a spec file, or SpecError for a missing, empty, binary or non-UTF-8 file."""
-    p = os.fspath(path)
-    where = Span(0, 0)
-
-    def fail(message: str, hint: str = "", code: str = "file") -> SpecError:
-        return SpecError([Diagnostic(where, message, hint, "error", code)], p, None)
-
-    try:
-        data = open(p, "rb").read()
-    except FileNotFoundError:
-        raise fail("spec file not found", "check the path; specs usually end in .acspec") from None
-    except IsADirectoryError:
-        raise fail("this is a folder, not a spec file", "give the path of a .acspec file") from None
-    except OSError as e:
-        raise fail(f"cannot read the spec file: {e.strerror}") from None
-    if b"\x00" in data:
-        raise fail("this is a binary file, not a spec (it contains NUL bytes)", "give the path of a .acspec text file",
-                   "binary")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        where = Span(line, col, line, col + 1)
-        raise fail(f"the spec is not valid UTF-8 (byte 0x{data[e.start]:02x} at line {line}, column {col})",
-                   "save the file as UTF-8", "encoding") from None
-    text = text.removeprefix("\ufeff")
-    if not text.strip():
-        raise fail("the spec file is empty" if not text else "the spec file has only whitespace",
-                   'a spec needs at least: model "...", target { ... } and a workload <name> { ... }', "empty")
-    return text
-
-
-def load_spec_with_warnings(path) -> tuple[Spec, list[Diagnostic]]:
-    p = os.fspath(path)
-    return parse_spec_with_warnings(read_spec_file(p), p, os.path.dirname(os.path.abspath(p)))
-
-
-def load_spec(path) -> Spec:
-    return load_spec_with_warnings(path)[0]
-
-
-def format_spec(spec_or_source, base_dir: str | None = None, *, source: str | None = None) -> str:
-    """Canonical text; comments come from the source text (``source=`` when passing a Spec)."""
-    from autocompress.lang.fmt import format_spec as _fmt
-
-    return _fmt(spec_or_source, base_dir, source=source)
+__all__ = ["parse_spec", "parse_spec_with_warnings", "load_spec", "load_spec_with_warnings", "read_spec_file",
+           "format_spec", "Spec", "SpecError"]

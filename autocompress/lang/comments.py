@@ -21,6 +21,9 @@ import bisect
 import re
 from dataclasses import dataclass
 
+from autocompress.lang import ast
+from autocompress.lang.parser import parse_ast
+
 # A string (a '#' inside it is text) or a comment; in a file that parses, every '"' outside a
 # comment opens a STRING token and every '#' outside a string opens a COMMENT, as in the grammar.
 _STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*')
@@ -67,8 +70,6 @@ def section_id(sec) -> tuple:
 
 def _events(file) -> list[tuple[tuple[int, int], str, tuple, int]]:
     """(position, 'start' | 'close', node id, line of the node's start), in text order."""
-    from autocompress.lang import ast
-
     ev: list[tuple[tuple[int, int], str, tuple, int]] = []
 
     def node(n, nid: tuple, closes: bool) -> None:
@@ -101,8 +102,6 @@ def collect_comments(source: str) -> Notes | None:
     notes = Notes()
     if "#" not in source:
         return notes
-    from autocompress.lang.parser import parse_ast
-
     file, _ = parse_ast(source)
     if file is None:
         return None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from autocompress.diagnostics import SpecError
 from autocompress.lang.comments import Comment, Notes, collect_comments, comment_lines
+from autocompress.lang.load import parse_spec, read_spec_file
 from autocompress.lang.model import CustomDevice, Spec, default_kv
 from autocompress.lang.units import fmt_number, render
 
@@ -92,8 +93,6 @@ def _source_of(spec: Spec) -> str | None:
     path = spec.path
     if not path or path.startswith("<") or not os.path.isfile(path):
         return None
-    from autocompress.lang.api import parse_spec, read_spec_file
-
     try:
         text = read_spec_file(path)
         same = parse_spec(text, path) == spec
@@ -112,8 +111,6 @@ def format_spec(spec_or_source, base_dir: str | None = None, *, source: str | No
     For a Spec, the comments come from ``source`` (the text it was parsed from) or else from the
     file it was loaded from (``spec.path``) when that file still describes the same spec."""
     if isinstance(spec_or_source, str):
-        from autocompress.lang.api import parse_spec
-
         source = spec_or_source
         spec = parse_spec(source, base_dir=base_dir)
     else:

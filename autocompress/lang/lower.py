@@ -8,13 +8,14 @@ text, so that ``schema.py`` can map a JSON-Schema error back to the source. ``Sp
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autocompress.diagnostics import Diagnostic, Span, did_you_mean, one_of
+from autocompress.diagnostics import Diagnostic, Span, one_of, suggest
 from autocompress.lang import ast, units
+from autocompress.lang.grammar import grammar_names
+from autocompress.parents.aliases import ALIASES
 
 TOP = Span(1, 1, 1, 2)  # where "the file has no X" points
 
@@ -42,37 +43,7 @@ NAME_WHAT = {"hardware_name": "hardware", "engine_name": "engine", "precision_na
 METRIC_KIND = {"ttft": "time", "tpot": "time", "e2e": "time", "throughput": "rate"}
 
 
-def suggest(got: str, allowed) -> str:
-    """'did you mean X?': a swap of two neighbouring characters first (rtx-5007 -> rtx-5070,
-    which plain similarity would send to rtx-5090), then difflib's closest match."""
-    allowed = list(allowed)
-    for a in allowed:
-        if len(a) == len(got):
-            diff = [i for i in range(len(a)) if a[i] != got[i]]
-            if len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == got[diff[1]] and a[diff[1]] == got[diff[0]]:
-                return f"did you mean '{a}'?"
-    return did_you_mean(got, allowed)
-
-
-@functools.lru_cache(maxsize=None)
-def grammar_names(rule: str) -> tuple[str, ...]:
-    """The literal names the grammar lists for ``rule`` (e.g. 'hardware_name'), in order."""
-    from autocompress.lang.parser import lark_parser
-
-    lark = lark_parser()
-    literal = {t.name: t.pattern.value for t in lark.terminals if t.pattern.type == "str"}
-    out: list[str] = []
-    for r in lark.rules:
-        if r.origin.name == rule:
-            for sym in r.expansion:
-                if sym.is_term and sym.name in literal and literal[sym.name] not in out:
-                    out.append(literal[sym.name])
-    return tuple(out)
-
-
 def known_aliases() -> set[str]:
-    from autocompress.parents.aliases import ALIASES
-
     return set(ALIASES)
 
 

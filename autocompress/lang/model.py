@@ -18,7 +18,7 @@ METRICS = ("ttft", "tpot", "e2e", "throughput")  # latency metrics in seconds, t
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 ENGINES = ("vllm", "transformers")
 AXES = ("hidden", "kv_heads", "ffn", "depth", "attention", "experts", "mamba")
-STRATEGIES = ("autocompress", "greedy", "router", "router-refine", "uniform")
+STRATEGIES = ("autocompress", "router", "router-refine", "uniform")
 
 
 @dataclass(frozen=True)

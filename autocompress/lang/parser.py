@@ -1,53 +1,24 @@
 """Syntax: source text -> typed AST (``ast.SpecFile``), or every syntax error of the file.
 
-The Lark LALR parser of ``grammar/acspec.lark`` is loaded once per process from its tables,
-shipped as JSON (``_tables``: checked against the grammar's sha256; no pickle), so ``acc check``
-starts fast. Syntax errors and the repairs that keep the parse going are ``recovery``'s.
+The Lark LALR parser of ``grammar/acspec.lark`` comes from ``grammar`` (loaded once per process
+from its shipped tables). Syntax errors and the repairs that keep the parse going are
+``recovery``'s.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Token, Transformer, v_args
 from lark.exceptions import UnexpectedInput
 
-from autocompress._resources import resource
 from autocompress.diagnostics import Diagnostic, Span
 from autocompress.lang import ast
+from autocompress.lang.grammar import lark_parser
+from autocompress.lang.recovery import Recovery
 
-SECTIONS = ("model", "target", "workload", "search", "distill", "evaluate", "output")
-# Where each setting lives, for "'concurrency' is a workload setting".
-HOMES = {
-    "hardware": "target", "engine": "target", "precision": "target", "kv_cache": "target",
-    "tensor_parallel": "target", "memory": "target", "profile": "target",
-    "concurrency": "workload", "batch": "workload", "input": "workload", "prefix_cache": "workload",
-    "ttft": "workload", "tpot": "workload", "e2e": "workload", "throughput": "workload",
-    "strategy": "search", "axes": "search", "steps": "search", "seed": "search", "temperature": "search",
-    "finalists": "search",
-    "data": "distill", "tokens": "distill", "seq_len": "distill", "lr": "distill",
-}
 _ITEM_KEYS = {"tensor_parallel_item": "tensor_parallel", "prefix_cache_item": "prefix_cache",
               "seq_len_item": "seq_len", "kv_cache_item": "kv_cache"}
-
-
-def suggest(got, allowed):
-    from autocompress.lang.lower import suggest as _suggest
-
-    return _suggest(got, allowed)
-
-
-@functools.lru_cache(maxsize=1)
-def grammar_text() -> str:
-    return resource("grammar/acspec.lark").read_text(encoding="utf-8")
-
-
-@functools.lru_cache(maxsize=1)
-def lark_parser() -> Lark:
-    from autocompress.lang import _tables
-
-    return _tables.load(grammar_text())
 
 
 # ------------------------------------------------------------------------------------------
@@ -155,8 +126,6 @@ class _ToAst(Transformer):
 
 def parse_ast(source: str) -> tuple[ast.SpecFile | None, list[Diagnostic]]:
     """The AST of ``source``, or None and every syntax error found."""
-    from autocompress.lang.recovery import Recovery
-
     lark = lark_parser()
     rec = Recovery(lark, source)
 

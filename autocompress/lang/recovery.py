@@ -20,9 +20,9 @@ import re
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from autocompress.diagnostics import Diagnostic, Span, one_of
+from autocompress.diagnostics import Diagnostic, Span, one_of, suggest
+from autocompress.lang.grammar import HOMES, SECTIONS, lark_parser
 from autocompress.lang.mistakes import Key, Matcher, key_of
-from autocompress.lang.parser import HOMES, SECTIONS, lark_parser, suggest
 
 
 class _Terms:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+import jsonschema
+
 from autocompress import _resources
 from autocompress.diagnostics import Diagnostic, Span
 from autocompress.lang.lower import TOP, Projection
@@ -28,8 +30,6 @@ _EXAMPLE = {
 
 @functools.lru_cache(maxsize=1)
 def validator():
-    import jsonschema
-
     return jsonschema.Draft202012Validator(_resources.schema("acspec.schema.json"))
 
 

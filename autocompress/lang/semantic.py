@@ -1,21 +1,16 @@
 """Meaning checks across values: what the grammar and the schema cannot see.
 
 Each check reads the projection (SI units) and reports at the span of the value to change,
-naming the value it conflicts with. Hardware facts come from ``autocompress.catalog`` when it is
-importable (fp8 support, memory size); without it those checks fall back to a small table or
-are skipped, so the language stays usable on its own.
+naming the value it conflicts with. Hardware facts (fp8 support, memory size) come from
+``catalog.hardware``.
 """
 
 from __future__ import annotations
 
+from autocompress.catalog.hardware import HARDWARE
 from autocompress.diagnostics import Diagnostic
 from autocompress.lang.lower import Projection
 from autocompress.lang.units import render
-
-def _device(name: str):
-    from autocompress.catalog.hardware import HARDWARE
-
-    return HARDWARE.get(name)
 
 
 def check(p: Projection) -> list[Diagnostic]:
@@ -40,7 +35,7 @@ def check(p: Projection) -> list[Diagnostic]:
         err(sp[("target", "kv_cache")], "kv_cache fp8 is not supported by the transformers engine",
             "use 'engine vllm', or drop 'kv_cache fp8'", "unsupported")
     if isinstance(hw, str):
-        dev = _device(hw)
+        dev = HARDWARE.get(hw)
         no_fp8 = dev is not None and dev.flops_fp8 is None  # an unknown name is reported by lower
         for key, val in (("precision", prec), ("kv_cache", kv)):
             if val == "fp8" and no_fp8 and not (key == "kv_cache" and hw == "cpu"):

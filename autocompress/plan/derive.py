@@ -7,6 +7,7 @@ reports print ``Derived.rows`` verbatim, so a reviewer sees why, not only what.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from autocompress.catalog.engines import ENGINES, SchedulerLimits, scheduler_defaults
@@ -44,8 +45,6 @@ def derive(spec, parent: Architecture, base_dir: str = ".") -> Derived:
     device = resolve_device(t.hardware)
     profile_path = None
     if t.profile:
-        import os
-
         profile_path = t.profile if os.path.isabs(t.profile) else os.path.join(base_dir, t.profile)
     profile = load_profile(profile_path, device, t.engine, parent)
     where = origin(profile, device, parent)

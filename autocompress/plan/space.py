@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autocompress.families.registry import entry
 from autocompress.ir import Architecture, Attention, Mamba2, MLP, MoE
 
 DEFAULT_AXES = ("hidden", "kv_heads", "ffn", "depth", "attention")
@@ -25,7 +26,8 @@ class SearchSpace:
     first_attention_fixed: bool  # vLLM DeciLM: layer 0's first executed sub-block must be attention
     min_keep: float  # at least this share of the parent's non-embedding parameters stays
     derivation: tuple[tuple[str, str, str], ...]  # (setting, value, why)
-    # what the parent family's export format allows (``families.registry``); the defaults are Llama's
+    # what the parent family's export format allows (``families.registry``); the defaults are those of
+    # the Llama / DeciLM format, which also stand for a family ``acc build`` cannot compress
     uniform: bool = False  # one size per axis for every layer (whole layers removed or kept): the uniform grid
     mamba_heads: tuple[int, ...] = ()  # global Mamba2 head counts (descending, the parent's first)
     expert_widths: tuple[int, ...] = ()  # global expert widths (descending, the parent's first)
@@ -43,8 +45,6 @@ def _pow2_floor(x: float) -> int:
 
 
 def default_axes(parent: Architecture) -> tuple[str, ...]:
-    from autocompress.families.registry import entry
-
     axes = list(DEFAULT_AXES)
     if any(isinstance(b.ffn, MoE) for b in parent.blocks):
         axes.append("experts")
@@ -64,8 +64,6 @@ def _global_grid(full: int, step: int) -> tuple[int, ...]:
 def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tuple[str, ...] | None = None,
                  min_keep: float = 0.25) -> SearchSpace:
     """Legal sizes for ``parent`` on this engine / device. Formulas and sources in the comments."""
-    from autocompress.families.registry import LLAMA, entry
-
     axes = tuple(axes) if axes else default_axes(parent)
     fam = entry(parent.family)  # what the family's export format allows (None: acc check only)
     if fam is not None:
@@ -107,7 +105,7 @@ def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tupl
         step = max(1, e_max // 16)
         experts = tuple(sorted({e for e in range(e_max, k - 1, -step)} | {e_max}, reverse=True))
         why.append(("expert choices", ", ".join(map(str, experts)), f"steps of {step} from {e_max} down to top-k {k}"))
-    if fam is not None and fam is not LLAMA:
+    if fam is not None and not fam.decilm:
         for axis, scope, reason in fam.limits:
             why.append((f"{fam.name}: {axis}", scope, reason))
     mamba_heads: tuple[int, ...] = ()
@@ -125,20 +123,12 @@ def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tupl
                     f"multiples of the FFN step {min(ffn_step, w0)} from the parent's {w0} down to half; one width "
                     "for every expert of every MoE layer"))
     kept_attention: tuple[int, ...] = ()
-    if fam is not None and fam.name == "nemotron_h" and parent.attention_layers():
-        kept_attention = (parent.attention_layers()[0],)
-        why.append(("attention kept", f"layer {kept_attention[0]}", "an export without attention layers has no "
-                    "KV cache, which transformers' NemotronH cache (and generate) cannot do without"))
-    if fam is not None and fam.name == "gemma3" and parent.attention_layers():
-        # vLLM's Transformers backend needs attention in every layer (registry.GEMMA3); transformers'
-        # cache reads the sequence length from layer 0's
-        keep = parent.attention_layers() if engine == "vllm" else parent.attention_layers()[:1]
-        kept_attention = tuple(keep)
-        why.append(("attention kept", "every layer" if engine == "vllm" else f"layer {keep[0]}",
-                    "engine vllm serves a heterogeneous Gemma 3 only through its Transformers backend, which "
-                    "needs an attention module in every layer (so no attention or whole-layer removal)"
-                    if engine == "vllm" else "transformers' Gemma 3 cache takes the sequence length from layer 0"))
-    first = engine == "vllm" and (fam is None or fam is LLAMA)
+    rule = fam.attention_kept(engine) if fam is not None else None
+    if rule is not None and parent.attention_layers():
+        every = rule.layers == "every"
+        kept_attention = tuple(parent.attention_layers() if every else parent.attention_layers()[:1])
+        why.append(("attention kept", "every layer" if every else f"layer {kept_attention[0]}", rule.why))
+    first = engine == "vllm" and (fam is None or fam.decilm)
     if first:
         why.append(("layer 0 attention", "kept",
                     "vLLM's DeciLM loader crashes when layer 0's first executed sub-block is not attention"))

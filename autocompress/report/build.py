@@ -15,7 +15,9 @@ from pathlib import Path
 
 from autocompress import __version__
 from autocompress.cache import atomic_write_text
+from autocompress.export.card import card_block, parent_license, write_card
 from autocompress.feasibility.exact import evaluate
+from autocompress.report.accuracy import render_accuracy_markdown
 from autocompress.report.feasibility import arch_report, evaluation_dict, fmt_value, layer_runs
 from autocompress.report.plot_data import build_plots
 from autocompress.report.plots import markdown as plots_markdown
@@ -59,8 +61,6 @@ def write_build_report(out: Path, spec, spec_path, check_report, chosen, arch, p
 
 def _write_cards(out: Path, report: dict, check_report: dict, parent, spec_path) -> None:
     """The model card and config block of the export, and of the baseline's export when built."""
-    from autocompress.export.card import card_block, parent_license, write_card
-
     lic = parent_license(parent)
     write_card(out, card_block(report, check_report, lic), lic["files"])
     b = report.get("baseline")
@@ -145,8 +145,6 @@ def render_build_markdown(r: dict) -> str:
                     f"{he['parent']['mean_logprob']:.4f}, student {he['student']['mean_logprob']:.4f}"]
     acc = q.get("accuracy") or {}
     if acc.get("student"):
-        from autocompress.report.accuracy import render_accuracy_markdown
-
         out += ["", render_accuracy_markdown(acc).rstrip()]
     elif acc.get("skipped"):
         out += ["", f"Benchmark accuracy: not measured ({acc['skipped']})"]

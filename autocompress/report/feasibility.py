@@ -7,11 +7,13 @@ significant digits so reports are deterministic across platforms (golden files p
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
 from autocompress import __version__
 from autocompress.ir import Architecture, arch_to_dict
+from autocompress.report.plots import markdown
 
 SCHEMA_ID = "autocompress/feasibility-report/v3"
 MiB = 1 << 20
@@ -64,8 +66,6 @@ def build_report(spec, path: str, source: str, parent, derived, feas, importance
     """The report dict (schema ``specs/feasibility-report.schema.json``). ``importance_file``:
     ``{"file", "sha256"}`` of the importance file the objective used, None for the prior.
     ``variants``: the global sizes swept (``feasibility.variants``), when the parent has any."""
-    import hashlib
-
     t = spec.target
     prof = derived.profile
     where = derived.origin
@@ -232,8 +232,6 @@ def render_markdown(report: dict, plots: list[dict] | None = None) -> str:
                            f"{basis} is **{fmt_value(d['metric'], d['best'])}** "
                            f"(continuous relaxation, a lower bound; {d['note']}).")
     if plots is not None:
-        from autocompress.report.plots import markdown
-
         out += ["", "### Plots", ""] + markdown(plots)
     out += ["", "<details><summary>Derived settings</summary>", "", "| setting | value | why |", "|---|---|---|"]
     out += [f"| {r['setting']} | {r['value']} | {r['why']} |" for r in report["derived"]]

@@ -9,7 +9,10 @@ otherwise the same. Figures are built with ``matplotlib.figure.Figure`` and the 
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+
+from autocompress.cache import atomic_write_bytes
 
 SKIPPED = "matplotlib is not installed (`pip install 'autocompress[plots]'`)"
 PARTS = {"fixed_s": ("fixed prefill cost", "#9e9e9e"), "prefill_s": ("prefill", "#4c72b0"),
@@ -140,15 +143,11 @@ def matplotlib_missing() -> str | None:
 def write_plots(folder: str | Path, plots: dict[str, dict], prefix: str = "") -> list[dict]:
     """Draw each ``plot_data`` dict to ``folder/<prefix><name>.png`` (atomically); one entry per plot:
     ``{"name", "title", "file" (relative to folder) or None, "skipped" (the reason) or None}``."""
-    from autocompress.cache import atomic_write_bytes
-
     why = matplotlib_missing()
     out = []
     for name, data in plots.items():
         entry = {"name": name, "title": data["title"], "file": None, "skipped": why}
         if why is None:
-            import io
-
             from matplotlib.backends.backend_agg import FigureCanvasAgg
 
             fig = DRAW[data["kind"]](data)

@@ -20,7 +20,8 @@ from autocompress.families.base import family_of
 REPO = Path(__file__).resolve().parents[2]
 FAMILIES = {"llama": "llama", "gemma3": "gemma3_text"}  # build family -> the IR family that selects it
 UNRELATED = ["search/strategy.py", "search/refine.py", "search/baseline.py", "search/joint.py",
-             "search/router_v2.py", "families/gemma3.py", "families/hybrid.py", "report/build.py",
+             "search/router_v2.py", "families/gemma3/family.py", "families/llama/family.py", "families/hybrid.py",
+             "report/build.py",
              "feasibility/[a-np-z]*.py"]  # all of feasibility/ but objective (below) and __init__
 
 
@@ -68,16 +69,14 @@ def test_importance_and_teacher_keys_ignore_other_stages(tree, pattern):
 
 
 @pytest.mark.parametrize("pattern,changed", [
-    ("prune/hybrid_importance.py", {("gemma3", "importance")}),
-    ("prune/hybrid_permute.py", {("gemma3", "importance")}),
-    ("nn/gemma3.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
-    ("nn/hybrid.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
-    ("families/gemma3_load.py", {("gemma3", "importance"), ("gemma3", "teacher")}),  # the parent loader
-    ("families/checkpoint.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
+    ("families/gemma3/forward.py", {("gemma3", "importance"), ("gemma3", "teacher")}),
+    ("nn/hybrid.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),  # every family's forward
+    ("families/gemma3/load.py", {("gemma3", "importance"), ("gemma3", "teacher")}),  # the parent loader
+    ("families/llama/load.py", {("llama", "importance"), ("llama", "teacher")}),  # the parent loader
+    ("families/checkpoint.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),
     ("parents/hf_config.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),
-    ("prune/importance.py", {("llama", "importance"), ("gemma3", "importance")}),  # hybrid_importance uses it
+    ("prune/importance.py", {("llama", "importance"), ("gemma3", "importance")}),
     ("prune/permute.py", {("llama", "importance"), ("gemma3", "importance")}),
-    ("nn/llama.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),  # llama's loader, RoPE, norms
     ("data/teacher.py", {("llama", "teacher"), ("gemma3", "teacher")}),
     # the importance file's layout (``SEGMENTS``), which the stage writes and the search reads
     ("feasibility/objective.py", {("llama", "importance"), ("gemma3", "importance")}),
@@ -95,10 +94,10 @@ def test_keys_change_with_the_code_the_stage_runs(tree, pattern, changed):
 @pytest.mark.parametrize("arch", ["llama", "gemma3_text", "mixtral", "qwen3_moe", "nemotron_h"])
 def test_every_family_keys_its_parent_loader_and_not_its_family_module(arch):
     family = family_of(arch)
-    loader = family.load.__module__ if family.name != "llama" else "autocompress.nn.llama"
+    loader = family.load.__module__
     for stage in ("importance", "teacher"):
         mods = cache.code_modules(*family.code[stage])
         assert loader in mods
         assert not {"autocompress.search.strategy", "autocompress.search.refine", "autocompress.search.baseline",
                     "autocompress.feasibility.assess", "autocompress.export.writer",
-                    f"autocompress.families.{family.name.replace('-', '_')}"} & set(mods), stage
+                    f"autocompress.families.{family.name.replace('-', '_')}.family"} & set(mods), stage

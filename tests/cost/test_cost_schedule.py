@@ -1,6 +1,6 @@
 """The engine's schedule of serve workloads (lockstep groups, the queueing of simultaneous arrivals)
-and the shared-prefix KV read (issue 12): limits that give the model of before, and the direction
-and size of each new term."""
+and the shared-prefix KV read: the limits where they reduce to one prefill mixed with decodes and
+one KV read per sequence, and the direction and size of each term."""
 
 from dataclasses import replace
 

@@ -1,7 +1,6 @@
 """A catalog GPU's measured profile: ``acc profile --hardware <gpu>`` writes it into the cache's
 profiles folder (``cost.machine.device_profile_path``), and ``acc check``/``build``/``verify`` find it
-there (``cost.profile.builtin_profile_path``). It once went to the current folder, where nothing
-looked (docs/decisions.md, thirty-first session, GPU-path defect 5)."""
+there (``cost.profile.builtin_profile_path``), never the current folder, where nothing looks."""
 
 import json
 import os

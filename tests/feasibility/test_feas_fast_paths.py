@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from _feaskit import MiB, batch, ms, serve, setup, spec_for, tiny_arch
 
-from autocompress.feasibility import _numeric, rounding, uniform
+from autocompress.feasibility import arrays, rounding, uniform
 from autocompress.feasibility.metrics import A, G, K, W, Relaxation
 from autocompress.feasibility.pins import drop_least_kept, fix_layers, fix_structure
 from autocompress.feasibility.lp import assemble, solve
@@ -109,19 +109,19 @@ def test_move_deltas_match_full_recomputation(relaxation):
             layers, Y = rounding._moves(relax, x, down)
             if not len(layers):
                 continue
-            Y0 = x[_numeric.layer_terms(relax)["idx"][layers]]
+            Y0 = x[arrays.layer_terms(relax)["idx"][layers]]
             X = np.array([rounding._apply(relax, x, l, y) for l, y in zip(layers, Y)])
-            full = _numeric.relaxed_batch(relax, X) - _numeric.relaxed_batch(relax, x[None, :])[0]
-            assert np.allclose(_numeric.move_deltas(relax, x, layers, Y, Y0), full, rtol=0, atol=1e-12)
+            full = arrays.relaxed_batch(relax, X) - arrays.relaxed_batch(relax, x[None, :])[0]
+            assert np.allclose(arrays.move_deltas(relax, x, layers, Y, Y0), full, rtol=0, atol=1e-12)
             assert np.allclose(obj.delta(layers, Y, Y0), obj.score(X) - obj.score(x), rtol=0, atol=1e-12)
 
 
 def test_relaxed_batch_blocks_agree(relaxation):
     """Rows are evaluated in blocks of ``BATCH_ROWS``: the result does not depend on the blocking."""
     _, relax = relaxation
-    X = np.array(_points(relax, n=3 * _numeric.BATCH_ROWS))
-    whole = _numeric.relaxed_batch(relax, X)
-    rows = np.array([_numeric.relaxed_batch(relax, x[None, :])[0] for x in X])
+    X = np.array(_points(relax, n=3 * arrays.BATCH_ROWS))
+    whole = arrays.relaxed_batch(relax, X)
+    rows = np.array([arrays.relaxed_batch(relax, x[None, :])[0] for x in X])
     assert np.allclose(whole, rows, rtol=1e-12, atol=0)
 
 
@@ -216,14 +216,14 @@ def test_lp_rows_match_reference():
 
 
 def test_trimmed_cvxpy_import_leaves_real_modules():
-    """``_cvx`` defers modules while cvxpy imports; afterwards every one of them is the real thing,
+    """``cvx_import`` defers modules while cvxpy imports; afterwards every one of them is the real thing,
     whether reached by a fresh import or through the names cvxpy and scipy kept."""
     import subprocess
     import sys
 
     code = """
 import sys
-from autocompress.feasibility._cvx import cvxpy
+from autocompress.feasibility.cvx_import import cvxpy
 cp = cvxpy()
 import numpy, scipy.linalg, scipy.sparse.linalg, pydoc
 import cvxpy.utilities.linalg as cl

@@ -10,7 +10,7 @@ from _feaskit import MiB, batch, ms, serve, setup, spec_for, tiny_arch
 
 from autocompress.cost.latency import predict_workload
 from autocompress.feasibility import rounding
-from autocompress.feasibility._numeric import relaxed_values
+from autocompress.feasibility.arrays import relaxed_values
 from autocompress.feasibility.exact import evaluate
 from autocompress.feasibility.objective import prior_importance
 from autocompress.feasibility.metrics import Relaxation

@@ -10,7 +10,7 @@ from _feaskit import MiB, batch, ms, serve, setup, spec_for, tiny_arch
 from test_feas_model import random_arch
 
 from autocompress.feasibility import rounding
-from autocompress.feasibility._numeric import relaxed_values
+from autocompress.feasibility.arrays import relaxed_values
 from autocompress.feasibility.exact import evaluate
 from autocompress.feasibility.metrics import Relaxation
 from autocompress.ir import Attention, Block

@@ -2,9 +2,9 @@
 price each, ``cost.memory.gemm_shapes``).
 
 The relaxation charges the parent's count. Narrowing one FFN to a new width adds two shapes, so a
-repair scored without the point's own count walks away from the bound; on the README's contract
-with a freshly calibrated profile (3.4 MiB per shape) `acc check` found nothing (2026-12-02). The
-repair now counts the point's shapes and may merge an FFN into a width another layer has.
+repair scored without the point's own count walks away from the bound: on the README's contract
+with a freshly calibrated profile (3.4 MiB per shape) it found nothing. So the repair counts the
+point's shapes and may merge an FFN into a width another layer has.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from lark import Lark
 
 from autocompress.lang.api import format_spec, load_spec, parse_spec
 from autocompress.lang import fmt
-from autocompress.lang.parser import grammar_text
+from autocompress.lang.grammar import grammar_text
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -7,7 +7,7 @@ import pytest
 
 from autocompress._resources import resource
 from autocompress.lang import model
-from autocompress.lang.lower import grammar_names
+from autocompress.lang.grammar import grammar_names
 from autocompress.lang.mistakes import MISTAKES
 from autocompress.lang.recovery import _matcher
 from autocompress.lang.parser import parse_ast
@@ -72,19 +72,19 @@ def test_keyword_did_you_mean():
 
 
 def test_shipped_tables_match_the_grammar():
-    """Regenerate with `python -m autocompress.lang._tables` after editing grammar/acspec.lark."""
+    """Regenerate with `python -m autocompress.lang.grammar` after editing grammar/acspec.lark."""
     import json
 
     import lark
 
-    from autocompress.lang import _tables
-    from autocompress.lang.parser import grammar_text, lark_parser
+    from autocompress.lang import tables
+    from autocompress.lang.grammar import grammar_text, lark_parser
 
-    doc = json.loads(_tables.SHIPPED.read_text())
-    assert doc["grammar_sha256"] == _tables.grammar_sha256(grammar_text()), "stale: regenerate the tables"
+    doc = json.loads(tables.SHIPPED.read_text())
+    assert doc["grammar_sha256"] == tables.grammar_sha256(grammar_text()), "stale: regenerate the tables"
     assert doc["lark"] == lark.__version__, "built with another Lark: regenerate the tables"
-    fresh = lark.Lark(grammar_text(), **_tables.OPTIONS)
-    assert _tables.canonical(lark_parser()) == _tables.canonical(fresh)
+    fresh = lark.Lark(grammar_text(), **tables.OPTIONS)
+    assert tables.canonical(lark_parser()) == tables.canonical(fresh)
     assert lark_parser().options.propagate_positions is True
 
 
@@ -96,12 +96,12 @@ def test_tables_round_trip_exactly():
     from lark.grammar import Rule
     from lark.lexer import TerminalDef
 
-    from autocompress.lang import _tables
-    from autocompress.lang.parser import grammar_text
+    from autocompress.lang import tables
+    from autocompress.lang.grammar import grammar_text
 
-    parser = lark.Lark(grammar_text(), **_tables.OPTIONS)
+    parser = lark.Lark(grammar_text(), **tables.OPTIONS)
     data, memo = parser.memo_serialize([TerminalDef, Rule])
-    doc = _tables._parse(json.dumps(_tables.serialize(parser)))
+    doc = tables.decode(json.dumps(tables.serialize(parser)))
 
     def same(a, b):
         if type(a) is not type(b):
@@ -122,8 +122,8 @@ def test_edited_grammar_builds_and_caches_json(tmp_path, monkeypatch):
     and cached as JSON under the grammar's sha256; no pickle is loaded on any path."""
     import pickle
 
-    from autocompress.lang import _tables
-    from autocompress.lang.parser import grammar_text
+    from autocompress.lang import tables
+    from autocompress.lang.grammar import grammar_text
 
     def no_pickle(*a, **k):
         raise AssertionError("pickle loaded")
@@ -132,10 +132,10 @@ def test_edited_grammar_builds_and_caches_json(tmp_path, monkeypatch):
     monkeypatch.setattr(pickle, "loads", no_pickle)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     edited = grammar_text() + "\n// an edit\n"
-    built = _tables.load(edited)
+    built = tables.load(edited)
     cached = list((tmp_path / "autocompress").glob("acspec-lalr-*.json"))
     assert len(cached) == 1 and not list(tmp_path.rglob("*.cache"))
-    monkeypatch.setattr(_tables, "document", no_pickle)  # the second load must come from the cache
-    again = _tables.load(edited)
-    assert _tables.canonical(again) == _tables.canonical(built)
-    assert _tables.load(grammar_text()) is not None  # the shipped tables: no build either
+    monkeypatch.setattr(tables, "document", no_pickle)  # the second load must come from the cache
+    again = tables.load(edited)
+    assert tables.canonical(again) == tables.canonical(built)
+    assert tables.load(grammar_text()) is not None  # the shipped tables: no build either

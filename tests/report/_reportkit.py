@@ -30,9 +30,9 @@ def example_params():
 @functools.lru_cache(maxsize=None)
 def example_result(name: str) -> tuple[dict, tuple[str, ...]]:
     """(report, rendered warnings) of ``examples/<name>.acspec``: computed fresh (no cache)."""
-    from autocompress.check import _compute
+    from autocompress.checker import compute
 
-    report, warnings, _deps = _compute(str(EXAMPLES_DIR / f"{name}.acspec"), None)
+    report, warnings, _deps = compute(str(EXAMPLES_DIR / f"{name}.acspec"), None)
     return report, tuple(warnings)
 
 

@@ -89,12 +89,12 @@ def test_a_full_card_memory_bound_gets_one_line_and_the_largest_legal_value():
 def test_the_not_found_example_is_between_a_proof_and_a_feasible_contract(tmp_path):
     """The same contract is proved infeasible 3% tighter and feasible 3% looser: the verdicts are
     ordered as the bound moves, and the middle one claims nothing."""
-    from autocompress.check import _compute
+    from autocompress.checker import compute
 
     src = (EXAMPLES[0].parent / "batch-h100-not-found.acspec").read_text()
     verdicts = []
     for bound in ("88 ms", "91 ms", "94 ms"):
         p = tmp_path / f"e2e-{bound.split()[0]}.acspec"
         p.write_text(src.replace("e2e <= 91 ms", f"e2e <= {bound}"))
-        verdicts.append(_compute(str(p), None)[0]["verdict"])
+        verdicts.append(compute(str(p), None)[0]["verdict"])
     assert verdicts == ["infeasible", "not_found", "feasible"]

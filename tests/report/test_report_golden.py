@@ -47,9 +47,9 @@ def test_shipped_example_reports_are_current(name):
 
 @pytest.mark.parametrize("name", ["cpu-vllm", "npc-5070-infeasible"])  # the two fastest: ~1 s each
 def test_report_is_deterministic(name):
-    from autocompress.check import _compute
+    from autocompress.checker import compute
 
-    again, _, _ = _compute(str(EXAMPLES_DIR / f"{name}.acspec"), None)
+    again, _, _ = compute(str(EXAMPLES_DIR / f"{name}.acspec"), None)
     report, _ = example_result(name)
     assert render_json(again) == render_json(report)
     assert render_markdown(again) == render_markdown(report)

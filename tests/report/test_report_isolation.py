@@ -15,7 +15,8 @@ from pathlib import Path
 from _reportkit import EXAMPLES_DIR, GOLDEN, example_result
 
 from autocompress.cache import cache_root, sha256_file
-from autocompress.check import _compute, run_check
+from autocompress.check import run_check
+from autocompress.checker import compute
 from autocompress.report.feasibility import render_json, render_markdown
 
 
@@ -37,7 +38,7 @@ def test_build_leftovers_do_not_change_the_check(tmp_path):
     examples = tmp_path / "examples"
     shutil.copytree(EXAMPLES_DIR, examples)
     imp = _leftovers(examples)
-    report, _, deps = _compute(str(examples / "cpu-vllm.acspec"), None)
+    report, _, deps = compute(str(examples / "cpu-vllm.acspec"), None)
     assert str(imp) not in deps and report["importance"] == "prior"
     assert render_markdown(report) == (GOLDEN / "cpu-vllm.md").read_text()
     assert render_json(report) == (GOLDEN / "cpu-vllm.json").read_text()

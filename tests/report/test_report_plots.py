@@ -105,11 +105,11 @@ def test_check_markdown_embeds_the_plots(tmp_path):
 
 _NO_MPL = without("matplotlib") + textwrap.dedent(
     """
-    from autocompress.check import _compute
+    from autocompress.checker import compute
     from autocompress.report.feasibility import render_markdown
     from autocompress.report.plot_data import check_plots
     from autocompress.report.plots import write_plots
-    report, _, _ = _compute(sys.argv[1], None)
+    report, _, _ = compute(sys.argv[1], None)
     entries = write_plots(sys.argv[2], check_plots(report))
     print(render_markdown(report, entries))
     """

@@ -25,9 +25,12 @@ cvxpy's own list of installed solvers, in this process, lacks OSQP, SCS and SCIP
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import types
+
+import numpy
 
 _ABSENT = ("osqp", "scs", "scipy.optimize")
 _LAZY = ("scipy.special",)  # cvxpy's entropy / log-sum-exp atoms take functions from it at import
@@ -47,8 +50,6 @@ class _LazyModule(types.ModuleType):
         name = self.__name__
 
         def call(*args, **kwargs):
-            import importlib
-
             sys.modules.pop(name, None) if sys.modules.get(name) is self else None
             return getattr(importlib.import_module(name), attr)(*args, **kwargs)
 
@@ -68,8 +69,6 @@ class _Deferred(types.ModuleType):
     def __getattr__(self, attr):
         if attr.startswith("__") and attr.endswith("__") or attr == "_calls":
             raise AttributeError(attr)
-        import importlib
-
         name = self.__name__
         if sys.modules.get(name) is self:  # still inside the import window
             if attr in self._calls:
@@ -104,8 +103,6 @@ def cvxpy():
     for name, calls in _DEFERRED.items():
         if name not in sys.modules:
             planted[name] = _Deferred(name, calls)
-    import numpy
-
     np_planted = {attr: _Deferred(f"numpy.{attr}") for attr in _NUMPY_DEFERRED
                   if f"numpy.{attr}" not in sys.modules and attr not in numpy.__dict__}
     sys.modules.update(planted)

@@ -13,7 +13,7 @@ parser from the grammar and keeps a JSON copy in the user cache (keyed by that s
 edited grammar costs one slow start, never a wrong parser. ``tests/lang/test_grammar.py`` checks
 that the shipped file matches the grammar; regenerate it with
 
-    python -m autocompress.lang._tables
+    python -m autocompress.lang.grammar
 """
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
+
+import lark
+from lark import Lark, Token
+from lark.grammar import Rule
+from lark.lexer import TerminalDef
+from lark.parsers.lalr_analysis import Shift
+
+from autocompress.cache import atomic_write_text
 
 SHIPPED = Path(__file__).with_name("acspec.lalr.json")
 OPTIONS = dict(parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=False)
@@ -33,8 +41,6 @@ def grammar_sha256(grammar: str) -> str:
 
 
 def _encode(obj):
-    from lark import Token
-
     if isinstance(obj, Token):
         return {"@token": [obj.type, str(obj)]}
     if isinstance(obj, tuple):
@@ -67,39 +73,30 @@ def _decoder(token):
     return hook
 
 
-def serialize(lark) -> dict:
+def serialize(parser: Lark) -> dict:
     """The JSON document of a Lark parser built with ``OPTIONS`` (data, memo)."""
-    from lark.grammar import Rule
-    from lark.lexer import TerminalDef
-
-    data, memo = lark.memo_serialize([TerminalDef, Rule])
+    data, memo = parser.memo_serialize([TerminalDef, Rule])
     return {"data": _encode(data), "memo": _encode(memo)}
 
 
 def document(grammar: str) -> dict:
     """Build the parser from the grammar (slow) and return what the tables file holds."""
-    import lark
-
     parser = lark.Lark(grammar, **OPTIONS)
     return {"format": FORMAT, "grammar_sha256": grammar_sha256(grammar), "lark": lark.__version__,
             **serialize(parser)}
 
 
 def _from_document(doc: dict):
-    from lark import Lark
-
     return Lark._load_from_dict(doc["data"], doc["memo"])
 
 
-def _parse(text: str) -> dict:
-    from lark import Token
-
+def decode(text: str) -> dict:
     return json.loads(text, object_hook=_decoder(Token))
 
 
 def _read(path: Path, sha: str, version: str) -> dict | None:
     try:
-        doc = _parse(path.read_text(encoding="utf-8"))
+        doc = decode(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or (doc.get("format"), doc.get("grammar_sha256"), doc.get("lark")) != \
@@ -115,8 +112,6 @@ def _cache_path(sha: str) -> Path:
 
 def load(grammar: str):
     """The Lark parser of ``grammar``: from the shipped tables, the user cache, or built (and cached)."""
-    import lark
-
     sha = grammar_sha256(grammar)
     cached = _cache_path(sha)
     for path in (SHIPPED, cached):
@@ -128,29 +123,23 @@ def load(grammar: str):
                 pass
     text = json.dumps(document(grammar), separators=(",", ":"))
     try:
-        from autocompress.cache import atomic_write_text
-
         cached.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(cached, text)
     except OSError:  # a read-only home: build again next time
         pass
-    return _from_document(_parse(text))
+    return _from_document(decode(text))
 
 
 def write_shipped(grammar: str, path: Path = SHIPPED) -> None:
-    from autocompress.cache import atomic_write_text
-
     atomic_write_text(path, json.dumps(document(grammar), separators=(",", ":")) + "\n")
     os.chmod(path, 0o644)  # a package file: world-readable (the atomic write creates it 0600)
 
 
-def canonical(lark) -> tuple:
+def canonical(parser: Lark) -> tuple:
     """A parser's tables with the LALR states renumbered in breadth-first order from the start
     state (tokens in name order): two parsers of one grammar have equal canonical forms. Lark's
     own numbering differs from build to build (it iterates sets), so files are compared this way."""
-    from lark.parsers.lalr_analysis import Shift
-
-    table = lark.parser.parser.parser.parse_table
+    table = parser.parser.parser.parser.parse_table
     start = table.start_states["start"]
     number, queue = {start: 0}, [start]
     for state in queue:
@@ -166,13 +155,6 @@ def canonical(lark) -> tuple:
     states = tuple(tuple((tok, "shift", number[arg]) if action is Shift else (tok, "reduce", rule(arg))
                          for tok, (action, arg) in sorted(table.states[s].items())) for s in queue)
     terminals = tuple(sorted((t.name, t.pattern.type, t.pattern.value, tuple(t.pattern.flags), t.priority)
-                             for t in lark.terminals))
-    return (states, number[table.end_states["start"]], terminals, tuple(sorted(rule(r) for r in lark.rules)),
-            tuple(sorted(lark.lexer_conf.ignore)))
-
-
-if __name__ == "__main__":
-    from autocompress.lang.parser import grammar_text
-
-    write_shipped(grammar_text())
-    print(f"wrote {SHIPPED}")
+                             for t in parser.terminals))
+    return (states, number[table.end_states["start"]], terminals, tuple(sorted(rule(r) for r in parser.rules)),
+            tuple(sorted(parser.lexer_conf.ignore)))
