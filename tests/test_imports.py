@@ -48,6 +48,28 @@ LOCAL_IMPORTS: dict[tuple[str, str], str] = {
         "a repeated check is served from the cache by a key that needs no stage: importing the "
         "stages (lark, jsonschema, numpy, the cost model, the LP) takes 0.4 s of CPU, the whole cached "
         "answer about 0.15 s",
+    ("autocompress.cli.main", "autocompress.cli.fmt_cmd"):
+        "acc fmt needs the parser (lark), which a cached acc check never loads",
+    ("autocompress.cli.main", "autocompress.cli.build_cmd"):
+        "acc build imports torch and every stage; the dispatch first checks that torch is installed "
+        "and sets OMP_WAIT_POLICY before torch loads",
+    ("autocompress.cli.main", "autocompress.cli.verify_cmd"):
+        "acc verify loads the exact cost model and the measurement code, which acc check's cached path never needs",
+    ("autocompress.cli.main", "autocompress.cli.profile_cmd"):
+        "acc profile loads the measurement code and the fit",
+    ("autocompress.cli.main", "autocompress.cli.eval_cmd"):
+        "acc eval imports torch, the benchmarks' data and scorer",
+    ("autocompress.calibrate.synth", "autocompress.nn.hybrid"):
+        "param_shapes needs torch at import; synth is on acc verify's path, which works without torch",
+    ("autocompress.export.writer", "autocompress.modeling.configuration_decilm"):
+        "that file imports transformers at its top because it ships inside every DeciLM checkpoint; "
+        "the writer is on acc verify's path, which works without transformers",
+    ("autocompress.modeling.register", "autocompress.modeling.modeling_decilm"):
+        "model classes import transformers and torch; register() is called only when a model loads",
+    ("autocompress.modeling.register", "autocompress.modeling.modeling_nemotron_h_puzzle"):
+        "model classes import transformers and torch; register() is called only when a model loads",
+    ("autocompress.modeling.register", "autocompress.modeling.modeling_gemma3_hetero"):
+        "model classes import transformers and torch; causal_lm_class() is called only when a model loads",
     ("autocompress.feasibility.cvx_import", "highspy"):
         "optional: cvxpy solves with Clarabel when HiGHS is not installed; imported only to silence "
         "HiGHS's banner, after cvxpy",
