@@ -221,15 +221,17 @@ def setup(args):
     from transformers import AutoTokenizer
 
     from autocompress.train.distill import DistillConfig
-    from autocompress.prune.extract import extract, student_model
+    from autocompress.families.llama.load import load
+    from autocompress.families.llama.student import student_model
+    from autocompress.prune.extract import extract
     from autocompress.data.teacher import cache_teacher
     from autocompress.export.gguf_convert import convert_alias
     from autocompress.ir import MLP
-    from autocompress.nn.llama import forward, load_llama
+    from autocompress.nn.hybrid import forward
     from autocompress.parents.hf_config import architecture_from_config
 
     folder = convert_alias("smollm2-135m")
-    params, cfg = load_llama(folder)
+    params, cfg = load(folder)
     text = "\n\n".join(inspect.getsource(m) for m in (json_mod, textwrap, argparse, inspect))
     ids = AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
     n, T = args.rows, args.seq
@@ -237,11 +239,11 @@ def setup(args):
     tokens = torch.tensor(ids[: n * (T + 1)]).view(n, T + 1)
     parent = architecture_from_config(json.loads((folder / "config.json").read_text()), "smollm2-135m")
     arch = replace(parent, blocks=tuple(replace(b, ffn=MLP(args.ffn)) for b in parent.blocks))
-    state, llama_globals = extract(params, cfg, arch)
+    state, extras = extract(params, cfg, arch)
     teacher = cache_teacher(lambda x: forward(params, cfg, x), tokens, "smollm2-135m", k=32, batch=4,
                             cache_dir=Path(args.work) / "teacher")
     dcfg = DistillConfig(steps=args.steps, batch=args.batch, lr=3e-4, seed=0, ckpt_every=10**9)
-    return student_model(arch, state, llama_globals), teacher, tokens, dcfg
+    return student_model(arch, state, extras), teacher, tokens, dcfg
 
 
 def distill_one(args) -> dict:

@@ -63,7 +63,7 @@ class Prepared:
     settings: BuildSettings
     folder: Path  # the parent's safetensors folder (and tokenizer)
     params: dict
-    cfg: object  # the family's config (nn.llama.LlamaConfig, nn.hybrid.HybridConfig)
+    cfg: object  # the family's config (nn.hybrid.HybridConfig)
     data: object  # data.BuildData
     importance: StageResult
     permuted: dict

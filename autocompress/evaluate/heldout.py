@@ -20,7 +20,7 @@ from autocompress.cache import fingerprint
 from autocompress.data import corpus
 from autocompress.evaluate.quality import humaneval_logprob, quality_by_kind
 from autocompress.modeling.register import causal_lm_class
-from autocompress.nn import llama
+from autocompress.nn import hybrid
 from autocompress.progress import Progress
 
 
@@ -63,8 +63,8 @@ def humaneval(model, tokenizer_dir, progress: Progress | None = None, name: str 
 
 def evaluate_parent(params, cfg, heldout_rows: dict, tokenizer_dir, settings, forward=None,
                     progress: Progress | None = None) -> dict:
-    """The parent's quality through its family's functional forward (default: ``nn.llama``)."""
-    forward = forward or llama.forward
+    """The parent's quality through its family's functional forward (default: ``nn.hybrid``'s)."""
+    forward = forward or hybrid.forward
     progress = progress or Progress()
     model = lambda ids: forward(params, cfg, ids)  # noqa: E731
     with torch.no_grad():

@@ -2,11 +2,12 @@
 
 ``acc build`` (``build.prepare``, ``build.pipeline``, ``search.strategy``,
 ``evaluate.heldout``) calls a parent's family only through a ``BuildFamily``; no stage asks
-which family it runs. ``registry.BUILD_FAMILIES`` names the module of each family, and that
-module defines ``FAMILY``. The functions (all fp32, CPU or any torch device):
+which family it runs. ``registry.BUILD_FAMILIES`` names the module of each family
+(``families.<name>.family``), and that module defines ``FAMILY``. The functions (all fp32, CPU or
+any torch device):
 
 =============  ====================================================================================
-``load``       folder -> (params, cfg): the parent's weights (the family's own names) and config
+``load``       folder -> (params, cfg): the parent's weights (canonical names) and config
 ``config``     folder -> cfg from config.json alone (synthetic models for ``acc profile``)
 ``forward``    (params, cfg, ids, masks=None, tap=None, return_hidden=False, start=None) -> logits
 ``importance`` (params, cfg, rows, batch, ablation_rows, progress) -> stats with ``to_json(path)``
@@ -23,14 +24,15 @@ module defines ``FAMILY``. The functions (all fp32, CPU or any torch device):
                what ships)
 =============  ====================================================================================
 
-The hybrid families' weights (``params``, extraction, student state) use ``nn.hybrid``'s
-canonical names; Llama's use transformers' Llama names.
+Every family runs the canonical stack (``families.hybrid``): ``params`` and extracted weights use
+``nn.hybrid``'s canonical names, and the family's package (``families/<name>/``) maps its
+checkpoint names to them (``load.py``) and back (its export; Llama's student, ``student.py``).
 
 ``code`` names, per stage, the modules whose source keys that stage's cache (``cache.code_digest``
 follows their package imports): the modules the stage runs, among them the parent's loader for the
-stages that read the parent (``families.<name>_load``; Llama's is ``nn.llama``), and never the family
-module itself, which reaches every stage (its export, the search's supernet) and would key
-importance by the search's code.
+stages that read the parent (``families.<name>.load``), and never the family module itself
+(``families.<name>.family``), which reaches every stage (its export, the search's supernet) and
+would key importance by the search's code.
 """
 
 from __future__ import annotations

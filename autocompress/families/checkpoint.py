@@ -1,4 +1,4 @@
-"""Checkpoint plumbing the hybrid families share: read a safetensors folder, map names between a
+"""Checkpoint plumbing every family shares: read a safetensors folder, map names between a
 family's checkpoint and the canonical layout of ``nn.hybrid`` (experts stacked), check shapes.
 
 A family describes its names with one function, ``names(arch, cfg) -> (plain, experts)``:

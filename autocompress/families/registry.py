@@ -9,10 +9,11 @@ build log). ``NOT_BUILT`` lists the families ``acc check`` reads but ``acc build
 compress yet, with the reason: ``acc check`` warns at the spec's ``model`` line, and ``acc
 build`` stops there with exit 2 before any work (``require_buildable``).
 
-A new family adds one row here and one module under ``families/`` with a ``FAMILY`` object; ``tests/families/test_registry.py`` checks that the rows cover every family
-the parsers accept, and that every module's ``FAMILY`` has the row's name. Generic code (the
-search space, calibration) asks a row what it needs (``decilm``, ``attention_kept``), never a
-family's name.
+A new family adds one row here and one package under ``families/`` whose ``family`` module has a
+``FAMILY`` object; ``tests/families/test_registry.py`` checks that the rows cover every family the
+parsers accept, and that every module's ``FAMILY`` has the row's name. Generic code (the search
+space, calibration) asks a row what it needs (``decilm``, ``attention_kept``), never a family's
+name.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class FamilyEntry:
 
 
 LLAMA = FamilyEntry(
-    "llama", "families.llama", "Llama (homogeneous) or DeciLM (nemotron-nas)", False, (), (), (
+    "llama", "families.llama.family", "Llama (homogeneous) or DeciLM (nemotron-nas)", False, (), (), (
         ("hidden", "global", "one residual width in every format"),
         ("kv_heads, ffn, attention/FFN removal", "per layer", "DeciLM block_configs"),
     ), decilm=True)
@@ -76,7 +77,7 @@ _NATIVE_LIMITS = (
 def _native(export: str, fixed: dict[str, str]) -> FamilyEntry:
     """A native MoE format; ``fixed``: axis -> why this family cannot vary it (replaces its row)."""
     limits = tuple((a, "fixed", fixed[a]) if a in fixed else (a, scope, why) for a, scope, why in _NATIVE_LIMITS)
-    return FamilyEntry("native-moe", "families.native_moe", f"the parent's own format ({export})", True,
+    return FamilyEntry("native-moe", "families.native_moe.family", f"the parent's own format ({export})", True,
                        tuple(fixed), ("expert_width",), limits)
 
 
@@ -86,7 +87,7 @@ QWEN2_MOE = _native("Qwen2-MoE", {"hidden": "vLLM's qwen2_moe.py takes head_dim 
 QWEN3_MOE = _native("Qwen3-MoE", {"kv_heads": "merging KV heads is not exact under Qwen3's per-head key norm"})
 
 NEMOTRON_H = FamilyEntry(
-    "nemotron_h", "families.nemotron_h", "NemotronH, or NemotronH-Puzzle (block_configs, remote code)",
+    "nemotron_h", "families.nemotron_h.family", "NemotronH, or NemotronH-Puzzle (block_configs, remote code)",
     False, (), ("mamba", "expert_width"), (
         ("hidden", "global", "one residual width in every format"),
         ("mamba heads", "global (group-aware)", "vLLM's NemotronH shapes every Mamba2 layer and its state cache "
@@ -101,7 +102,7 @@ NEMOTRON_H = FamilyEntry(
                                "cache (and generate) cannot do without"),))
 
 GEMMA3 = FamilyEntry(
-    "gemma3", "families.gemma3", "Gemma 3 (homogeneous) or Gemma 3 with per_layer_config (remote code)", False,
+    "gemma3", "families.gemma3.family", "Gemma 3 (homogeneous) or Gemma 3 with per_layer_config (remote code)", False,
     ("kv_heads",), (), (
         ("hidden", "global", "one residual width; the export rescales the tied embedding for sqrt(hidden_size)"),
         ("kv_heads", "fixed", "Gemma 3 270M and 1B have 1 KV head: there is nothing to merge"),

@@ -1,8 +1,8 @@
-"""A functional decoder over the IR for the MoE and hybrid families (Mixtral, Qwen2-MoE, Qwen3-MoE,
-NemotronH): one forward for teacher, importance probe (``tap``) and supernet (``HybridMasks``),
-like ``nn.llama`` for Llama.
+"""The functional decoder over the IR, one for every family (Llama, Mistral, DeciLM, Gemma 3,
+Mixtral, Qwen2-MoE, Qwen3-MoE, NemotronH): one forward for teacher, importance probe (``tap``) and
+supernet (``HybridMasks``).
 
-Weights live in one **canonical** dict, the same for every family (the family modules under
+Weights live in one **canonical** dict, the same for every family (the family packages under
 ``autocompress.families`` map their checkpoint names to it and back), with experts stacked::
 
     embed [V, d], norm_f [d], lm_head [V, d] (absent when tied)
@@ -16,13 +16,29 @@ Weights live in one **canonical** dict, the same for every family (the family mo
 
 A block runs ``x += mixer(norm(x))`` then ``x += ffn(norm(x))`` for the sub-blocks it has
 (Gemma 3: ``x += post_norm(mixer(norm(x)))``; its ``1 + w`` norms are stored as ``1 + w``, so one
-RMSNorm serves every family; ``nn.gemma3`` holds the rest of its globals).
+RMSNorm serves every family; ``families.gemma3.forward`` holds the rest of its globals).
 
-Masks (``HybridMasks``) have the meaning of ``nn.llama.Masks`` for hidden channels, dense FFN
-channels and KV-head options; ``moe[l]`` is a tuple of (weight, experts kept) options whose
-routing weights are mixed (``nn.moe``); an empty tuple removes the FFN. Taps: the events of
-``nn.llama.forward`` plus ``"mamba_heads"`` (``nn.mamba2``), ``"router"`` (l, routing weights
-(N, E)) and ``"expert"`` (``nn.moe.experts``).
+Masks (``HybridMasks``; ``search.supernet`` builds them from choice probabilities):
+
+* ``hidden`` (d,) multiplies the residual stream after the embedding and every sub-block output, and
+  RMSNorm divides the sum of squares by ``hidden_count`` instead of d. With a 0/1 prefix mask of d'
+  ones and count d' this is exactly a model of width d' (pruned channels stay zero, linears see zeros
+  in the pruned inputs, norms average over the kept channels).
+* ``ffn[l]`` (I,) multiplies a dense FFN's intermediate act(gate) * up channel-wise before ``down``;
+  the output is linear in it, so a probability-weighted sum of prefix indicators gives exactly the
+  probability-weighted mixture of the narrower FFNs. A hard mask (no gradient, a prefix of ones)
+  runs the sliced FFN, and an all-zero one skips it: the same result at the pruned model's cost.
+* ``attn[l]``: options (weight, pool) whose attention outputs (before ``o``, which is linear) are
+  summed with their weights; ``pool`` (k, K) mean-pools the layer's K KV heads into k (Minitron).
+  RoPE rotates every head alike, so pooling rotated keys equals rotating pooled projections.
+* ``moe[l]``: a tuple of (weight, experts kept) options whose routing weights are mixed
+  (``nn.moe``); an empty tuple removes the FFN.
+
+Taps ``tap(event, layer, *tensors)`` observe activations (importance): ``"norm", l, y`` for every
+RMSNorm output (l = -1: the final norm); ``"heads", l, (B, T, H, hd)``; ``"ffn_act", l, (B, T, I)``;
+``"attn"`` / ``"ffn"`` / ``"block", l, before, after`` for residual branches and whole layers;
+``"mamba_heads"`` (``nn.mamba2``), ``"router"`` (l, routing weights (N, E)) and ``"expert"``
+(``nn.moe.experts``).
 """
 
 from __future__ import annotations
@@ -32,15 +48,66 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from autocompress.ir import MLP, Architecture, Attention, Mamba2, MoE
 from autocompress.nn import mamba2, moe
-# the attention math is Llama's (RoPE, causal / windowed SDPA, KV pooling): one implementation
-from autocompress.nn.llama import AttnOption, apply_rope, causal_attention, pool_kv, rms_norm, rope_tables
 
 
 def pn(layer: int, name: str) -> str:
     return f"L{layer}.{name}"
+
+
+# ---- pieces -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttnOption:
+    weight: torch.Tensor | float  # scalar mixing weight
+    pool: torch.Tensor | None  # (k, K) pooling of the layer's KV heads; None = keep them
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, count=None) -> torch.Tensor:
+    """HF LlamaRMSNorm; ``count``: divide the sum of squares by it (masked hidden) instead of d."""
+    ss = x.pow(2).mean(-1, keepdim=True) if count is None else x.pow(2).sum(-1, keepdim=True) / count
+    return w * (x * torch.rsqrt(ss + eps))
+
+
+def rope_tables(seq: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (seq, head_dim) of HF's default RoPE (inv_freq over even dims, halves concatenated)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    freqs = torch.arange(seq, dtype=torch.float32, device=device)[:, None] * inv[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF's rotary embedding of ``x`` (..., T, hd) with ``rope_tables``' cos and sin (halves rotated)."""
+    half = x.shape[-1] // 2
+    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rot * sin
+
+
+def causal_attention(q, k, v, window: int | None) -> torch.Tensor:
+    """Causal scaled dot-product attention (grouped KV heads), within a sliding ``window`` if given
+    (HF: a query sees keys with ``q - kv < window``)."""
+    T = q.shape[-2]
+    if window is None or window >= T:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    i = torch.arange(T, device=q.device)
+    allowed = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+
+
+def pool_kv(x: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """(B, K, T, hd) -> (B, k, T, hd) with ``pool`` (k, K)."""
+    return torch.einsum("jk,bktd->bjtd", pool, x)
+
+
+def hard_prefix(mask: torch.Tensor | None) -> int | None:
+    """k when ``mask`` is k ones then zeros and carries no gradient (a discrete choice), else None."""
+    if mask is None or mask.requires_grad:
+        return None
+    k = int((mask != 0).sum())
+    return k if bool((mask[:k] == 1).all()) else None
 
 
 @dataclass(frozen=True)
@@ -56,7 +123,7 @@ class HybridConfig:
     shared_gate: bool = False  # sigmoid gate on the shared expert (Qwen2-MoE)
     dt_min: float = 0.0  # Mamba2 time-step floor (transformers: time_step_min)
     conv_bias: bool = True  # Mamba2 conv1d bias (use_conv_bias)
-    # Gemma 3 (``nn.gemma3``): token embeddings times sqrt(hidden), RoPE base of the sliding layers,
+    # Gemma 3 (``families.gemma3.forward``): token embeddings times sqrt(hidden), RoPE base of the sliding layers,
     # query_pre_attn_scalar ** -0.5 instead of head_dim ** -0.5, tanh soft cap of the logits
     embed_scale: float | None = None
     rope_local_theta: float | None = None
@@ -161,13 +228,18 @@ def attention(p: Mapping[str, torch.Tensor], cfg: HybridConfig, l: int, a: Atten
 
 
 def mlp(p, l: int, f: MLP, h: torch.Tensor, mask=None, tap=None) -> torch.Tensor:
+    """The dense FFN; a hard prefix ``mask`` (``hard_prefix``) runs the sliced weights instead."""
     act = moe.ACT[f.activation]
-    z = act(h @ p[pn(l, "gate")].T) * (h @ p[pn(l, "up")].T) if f.gated else act(h @ p[pn(l, "up")].T)
+    up, down, gate = p[pn(l, "up")], p[pn(l, "down")], p.get(pn(l, "gate"))
+    k = hard_prefix(mask)
+    if k is not None:
+        up, down, gate, mask = up[:k], down[:, :k], None if gate is None else gate[:k], None
+    z = act(h @ gate.T) * (h @ up.T) if f.gated else act(h @ up.T)
     if tap:
         tap("ffn_act", l, z)
     if mask is not None:
         z = z * mask
-    return z @ p[pn(l, "down")].T
+    return z @ down.T
 
 
 def moe_layer(p, cfg: HybridConfig, l: int, f: MoE, h: torch.Tensor, options=None, tap=None) -> torch.Tensor:
@@ -192,8 +264,11 @@ def moe_layer(p, cfg: HybridConfig, l: int, f: MoE, h: torch.Tensor, options=Non
 def forward(params: Mapping[str, torch.Tensor], cfg: HybridConfig, input_ids: torch.Tensor,
             masks: HybridMasks | None = None, tap=None, return_hidden: bool = False,
             start: tuple[int, torch.Tensor] | None = None) -> torch.Tensor:
-    """Logits (B, T, V), or the final normed hidden states; ``start=(l, x)`` resumes at layer l
-    (``nn.llama.forward``)."""
+    """Logits (B, T, V) for ``input_ids`` (B, T), or the final normed hidden states with ``return_hidden``.
+
+    ``start=(l, x)``: resume at layer l from the residual stream x entering it (as a ``"block"``
+    tap saw it), skipping the layers before: the measured search scores many variants that differ
+    from one model only from some layer on."""
     m = masks or HybridMasks()
     hm, count, eps = m.hidden, m.hidden_count, cfg.eps
     first, x = start if start is not None else (0, params["embed"][input_ids])
@@ -264,4 +339,5 @@ def forward(params: Mapping[str, torch.Tensor], cfg: HybridConfig, input_ids: to
     return logits
 
 
-__all__ = ["HybridConfig", "HybridMasks", "attention", "forward", "mlp", "moe_layer", "param_shapes", "pn"]
+__all__ = ["AttnOption", "HybridConfig", "HybridMasks", "apply_rope", "attention", "causal_attention", "forward",
+           "hard_prefix", "mlp", "moe_layer", "param_shapes", "pn", "pool_kv", "rms_norm", "rope_tables"]

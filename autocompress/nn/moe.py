@@ -9,7 +9,7 @@ Two routers, as the served formats compute them (transformers 5.19 and vLLM 0.32
   renormalized when ``norm_topk`` (+1e-20), times ``routed_scaling_factor``.
 
 **Removed experts and the gate's re-normalization.** A pruned layer keeps the first ``kept``
-experts (importance order, ``prune.hybrid_permute``) and the export slices the gate's rows, so
+experts (importance order, ``prune.permute``) and the export slices the gate's rows, so
 every normalization above runs over the kept experts only: the softmax's denominator, the
 top-k renormalization and the top-k selection itself. ``route(..., kept=k)`` computes exactly that
 on the unsliced weights by masking the removed experts' logits with -inf (softmax) or leaving

@@ -1,98 +1,164 @@
-"""Slice a discrete architecture out of the parent's permuted weights (never the supernet's temporaries).
+"""The student sliced from the parent's permuted weights (never the supernet's temporaries), and
+the functional module that distils it.
 
-The result is a state dict with Llama / DeciLM names and shapes (``export.decilm.expected_shapes``) plus
-the Llama globals for ``export_decilm`` / ``decilm_config_from_architecture``. Its function is, by
-construction, the masked supernet's at the one-hot choice of the same architecture (tested):
+After ``prune.permute`` every candidate keeps a prefix (canonical names, ``nn.hybrid``):
 
-* hidden d': the first d' channels of the embedding, every norm, every linear's hidden side, lm_head;
-* FFN width w: gate / up rows [0, w) and down columns [0, w) of the importance-sorted channels;
-* k KV heads: K / V projections pooled with ``supernet.pool_matrix`` (mean over merged groups);
-  query and o_proj weights stay whole (query heads and head_dim are global in the format; ``head_dim``
-  is written explicitly because d' / heads no longer gives it);
-* removed sub-blocks: their weights and norm are left out (DeciLM ``no_op``).
+* hidden d': the first d' channels of the embedding, every norm, every projection's hidden side;
+* KV heads k: K / V (and their biases) pooled with ``permute.pool_matrix`` (mean over merged
+  groups); query and ``o`` weights stay whole (query heads and head_dim are global);
+* dense FFN width w: intermediate channels [0, w);
+* experts e: the first e experts of the layer (router rows, score-correction bias, expert
+  weights): the gate's softmax and top-k then run over the kept experts only (``nn.moe``);
+* expert width w: channels [0, w) of every kept expert (global: one width for all MoE layers);
+* Mamba2 heads h (global, group-aware): the first h / G heads of each of the G groups, with their
+  z / x / dt rows of ``in_proj``, conv channels, A, D, dt bias, gated-norm weights and
+  ``out_proj`` columns; every group keeps its B / C rows, so each kept head reads its own group's.
 
-``student_model`` loads the extracted weights into the DeciLM class the export ships (fp32).
+Removed sub-blocks lose their weights and norm. By construction the student equals the masked
+supernet at the one-hot choice of the same architecture (tested).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import replace
 
 import torch
 
-from autocompress.export.decilm import decilm_config_from_architecture
-from autocompress.ir import MLP, Architecture
-from autocompress.modeling.configuration_decilm import DeciLMConfig
-from autocompress.modeling.modeling_decilm import DeciLMForCausalLM
-from autocompress.nn.llama import LlamaConfig, param_name
-from autocompress.prune.permute import pool_matrix
+from autocompress.families.checkpoint import check_shapes
+from autocompress.ir import MLP, Architecture, Attention, Mamba2, MoE
+from autocompress.nn.hybrid import HybridConfig, forward, param_shapes, pn
+from autocompress.prune.permute import head_rows, pool_matrix
 
 
-def _check(parent: LlamaConfig, arch: Architecture) -> None:
-    if arch.num_layers != parent.num_layers:
-        raise ValueError(f"architecture has {arch.num_layers} blocks, the parent {parent.num_layers}")
-    if (arch.num_heads, arch.head_dim, arch.vocab_size) != (parent.num_heads, parent.head_dim, parent.vocab_size):
-        raise ValueError("query heads, head_dim and vocabulary must be the parent's")
-    if not 0 < arch.hidden_size <= parent.hidden_size:
-        raise ValueError(f"hidden size {arch.hidden_size} not in 1..{parent.hidden_size}")
-    for l, b in enumerate(arch.blocks):
-        if b.mixer is not None:
-            if b.attention is None or parent.kv_heads[l] is None:
-                raise ValueError(f"block {l}: only attention kept from an attention layer can be extracted")
-            if b.attention.kv_heads > parent.kv_heads[l]:
-                raise ValueError(f"block {l}: {b.attention.kv_heads} KV heads > the parent's {parent.kv_heads[l]}")
-        if b.ffn is not None:
-            if not isinstance(b.ffn, MLP) or parent.ffn_widths[l] is None:
-                raise ValueError(f"block {l}: only a dense MLP of an MLP layer can be extracted")
-            if b.ffn.width > parent.ffn_widths[l]:
-                raise ValueError(f"block {l}: width {b.ffn.width} > the parent's {parent.ffn_widths[l]}")
+def mamba_heads_kept(parent: Mamba2, heads: int) -> torch.Tensor:
+    """Head indices kept when ``parent`` keeps ``heads`` heads: a prefix of each group."""
+    G, n = parent.groups, parent.heads // parent.groups
+    if heads % G or not 0 < heads <= parent.heads:
+        raise ValueError(f"Mamba2 heads {heads}: must be a positive multiple of the {G} groups, <= {parent.heads}")
+    return (torch.arange(G)[:, None] * n + torch.arange(heads // G)[None, :]).reshape(-1)
 
 
-def extract(permuted_params: Mapping[str, torch.Tensor], parent_cfg: LlamaConfig, arch: Architecture
-            ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """(state_dict, llama_globals) of ``arch`` sliced from the parent's importance-permuted weights."""
-    _check(parent_cfg, arch)
-    P = permuted_params
-    d, H, hd = arch.hidden_size, parent_cfg.num_heads, parent_cfg.head_dim
-    sd: dict[str, torch.Tensor] = {
-        "model.embed_tokens.weight": P["model.embed_tokens.weight"][:, :d],
-        "model.norm.weight": P["model.norm.weight"][:d],
-    }
+def _check(cfg: HybridConfig, arch: Architecture) -> None:
+    p = cfg.arch
+    if arch.num_layers != p.num_layers or (arch.num_heads, arch.head_dim, arch.vocab_size) != \
+            (p.num_heads, p.head_dim, p.vocab_size):
+        raise ValueError("layers, query heads, head_dim and vocabulary must be the parent's")
+    if not 0 < arch.hidden_size <= p.hidden_size:
+        raise ValueError(f"hidden size {arch.hidden_size} not in 1..{p.hidden_size}")
+    for l, (b, pb) in enumerate(zip(arch.blocks, p.blocks)):
+        for mine, theirs in ((b.mixer, pb.mixer), (b.ffn, pb.ffn)):
+            if mine is not None and type(mine) is not type(theirs):
+                raise ValueError(f"block {l}: a {type(mine).__name__} cannot come from the parent's {theirs}")
+        m, f = b.mixer, b.ffn
+        if isinstance(m, Attention) and m.kv_heads > pb.mixer.kv_heads:
+            raise ValueError(f"block {l}: {m.kv_heads} KV heads > the parent's {pb.mixer.kv_heads}")
+        if isinstance(f, MLP) and f.width > pb.ffn.width:
+            raise ValueError(f"block {l}: width {f.width} > the parent's {pb.ffn.width}")
+        if isinstance(f, MoE) and (f.experts > pb.ffn.experts or f.expert_width > pb.ffn.expert_width):
+            raise ValueError(f"block {l}: {f.experts} experts of width {f.expert_width} > the parent's "
+                             f"{pb.ffn.experts} of {pb.ffn.expert_width}")
+
+
+def extract(permuted: Mapping[str, torch.Tensor], cfg: HybridConfig, arch: Architecture
+            ) -> tuple[dict[str, torch.Tensor], dict]:
+    """(canonical state of ``arch``, extras for ``student`` / export) from the permuted parent."""
+    _check(cfg, arch)
+    P, d = permuted, arch.hidden_size
+    sd = {"embed": P["embed"][:, :d], "norm_f": P["norm_f"][:d]}
     if not arch.tie_embeddings:
-        head = P["model.embed_tokens.weight"] if parent_cfg.tie_embeddings else P["lm_head.weight"]
-        sd["lm_head.weight"] = head[:, :d]
-    for l, b in enumerate(arch.blocks):
-        if b.attention is not None:
-            K, k = parent_cfg.kv_heads[l], b.attention.kv_heads
-            pool = pool_matrix(H, K, k)
-            sd[param_name(l, "input_layernorm")] = P[param_name(l, "input_layernorm")][:d]
-            sd[param_name(l, "self_attn.q_proj")] = P[param_name(l, "self_attn.q_proj")][:, :d]
-            for n in ("k_proj", "v_proj"):
-                w = P[param_name(l, f"self_attn.{n}")].view(K, hd, -1)
-                sd[param_name(l, f"self_attn.{n}")] = torch.einsum("jk,khd->jhd", pool, w).reshape(k * hd, -1)[:, :d]
-            sd[param_name(l, "self_attn.o_proj")] = P[param_name(l, "self_attn.o_proj")][:d]
-        if b.ffn is not None:
-            w = b.ffn.width
-            sd[param_name(l, "post_attention_layernorm")] = P[param_name(l, "post_attention_layernorm")][:d]
-            sd[param_name(l, "mlp.gate_proj")] = P[param_name(l, "mlp.gate_proj")][:w, :d]
-            sd[param_name(l, "mlp.up_proj")] = P[param_name(l, "mlp.up_proj")][:w, :d]
-            sd[param_name(l, "mlp.down_proj")] = P[param_name(l, "mlp.down_proj")][:d, :w]
+        sd["lm_head"] = (P["embed"] if cfg.arch.tie_embeddings else P["lm_head"])[:, :d]
+    for l, (b, pb) in enumerate(zip(arch.blocks, cfg.arch.blocks)):
+        g = lambda n: P[pn(l, n)]  # noqa: E731
+        m, f = b.mixer, b.ffn
+        if m is not None:
+            sd[pn(l, "mixer_norm")] = g("mixer_norm")[:d]
+            if cfg.arch.post_norms:
+                sd[pn(l, "post_mixer_norm")] = g("post_mixer_norm")[:d]
+        if isinstance(m, Attention):
+            K, k, hd = pb.mixer.kv_heads, m.kv_heads, m.head_dim
+            pool = pool_matrix(m.q_heads, K, k)
+            sd[pn(l, "q")], sd[pn(l, "o")] = g("q")[:, :d], g("o")[:d]
+            for n in ("k", "v"):
+                sd[pn(l, n)] = torch.einsum("jk,khd->jhd", pool, g(n).view(K, hd, -1)).reshape(k * hd, -1)[:, :d]
+                if cfg.attn_bias:
+                    sd[pn(l, f"{n}_bias")] = (pool @ g(f"{n}_bias").view(K, hd)).reshape(-1)
+            for n in ("q_bias", "q_norm", "k_norm"):
+                if pn(l, n) in P:
+                    sd[pn(l, n)] = g(n)
+        elif isinstance(m, Mamba2):
+            pm = pb.mixer
+            heads = mamba_heads_kept(pm, m.heads)
+            I, P_, gn = pm.d_inner, pm.head_dim, pm.groups * pm.state_size
+            ch = head_rows(heads, P_)
+            rows = torch.cat([ch, I + ch, 2 * I + torch.arange(2 * gn), 2 * I + 2 * gn + heads])
+            sd[pn(l, "in_proj")] = g("in_proj")[rows][:, :d]
+            conv = torch.cat([ch, I + torch.arange(2 * gn)])
+            sd[pn(l, "conv_w")] = g("conv_w")[conv]
+            if cfg.conv_bias:
+                sd[pn(l, "conv_b")] = g("conv_b")[conv]
+            for n in ("A_log", "D", "dt_bias"):
+                sd[pn(l, n)] = g(n)[heads]
+            sd[pn(l, "ssm_norm")], sd[pn(l, "out_proj")] = g("ssm_norm")[ch], g("out_proj")[:d][:, ch]
+        if f is not None:
+            sd[pn(l, "ffn_norm")] = g("ffn_norm")[:d]
+            if cfg.arch.post_norms:
+                sd[pn(l, "post_ffn_norm")] = g("post_ffn_norm")[:d]
+        if isinstance(f, MLP):
+            w = f.width
+            sd[pn(l, "up")], sd[pn(l, "down")] = g("up")[:w, :d], g("down")[:d, :w]
+            if f.gated:
+                sd[pn(l, "gate")] = g("gate")[:w, :d]
+        elif isinstance(f, MoE):
+            e, w = f.experts, f.expert_width
+            sd[pn(l, "router")] = g("router")[:e, :d]
+            if pn(l, "router_bias") in P:
+                sd[pn(l, "router_bias")] = g("router_bias")[:e]
+            sd[pn(l, "e_up")], sd[pn(l, "e_down")] = g("e_up")[:e, :w, :d], g("e_down")[:e, :d, :w]
+            if f.gated:
+                sd[pn(l, "e_gate")] = g("e_gate")[:e, :w, :d]
+            for n in ("s_up", "s_gate", "s_router"):
+                if pn(l, n) in P:
+                    sd[pn(l, n)] = g(n)[:, :d]
+            if pn(l, "s_down") in P:
+                sd[pn(l, "s_down")] = g("s_down")[:d]
     sd = {k: v.detach().clone().contiguous() for k, v in sd.items()}
-    return sd, parent_cfg.llama_globals()
+    student = replace(cfg, arch=arch)
+    want = param_shapes(student)
+    if set(want) != set(sd) or any(tuple(sd[k].shape) != want[k] for k in want):
+        raise AssertionError(f"extraction does not give the architecture's tensors: {sorted(set(want) ^ set(sd))[:4]}")
+    return sd, {"cfg": cfg}
 
 
-__all__ = ["extract"]
+def _mangle(name: str) -> str:
+    return name.replace(".", "__")
 
 
-def student_model(arch: Architecture, state_dict: dict, llama_globals: dict) -> torch.nn.Module:
-    """The extracted student as our DeciLM model (the class the export ships), fp32, in memory."""
-    cfg = decilm_config_from_architecture(arch, **llama_globals)
-    model = DeciLMForCausalLM(DeciLMConfig(**cfg)).float()
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
-    missing = [m for m in missing if not (m == "lm_head.weight" and cfg.get("tie_word_embeddings"))]
-    if missing or unexpected:
-        raise RuntimeError(f"student weights do not match the architecture: missing {missing}, unexpected {unexpected}")
-    if cfg.get("tie_word_embeddings"):
-        model.tie_weights()
-    return model
+class HybridStudent(torch.nn.Module):
+    """The student for distillation: the canonical weights as parameters, the functional forward."""
+
+    def __init__(self, cfg: HybridConfig, state: Mapping[str, torch.Tensor]):
+        super().__init__()
+        self.cfg = cfg
+        self.weights = torch.nn.ParameterDict({_mangle(k): torch.nn.Parameter(v.detach().clone().float())
+                                               for k, v in state.items()})
+
+    def canonical(self) -> dict[str, torch.Tensor]:
+        return {k.replace("__", "."): v for k, v in self.weights.items()}
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return forward(self.canonical(), self.cfg, input_ids)
+
+
+def student_model(arch: Architecture, state: Mapping[str, torch.Tensor], extras: dict) -> HybridStudent:
+    return HybridStudent(replace(extras["cfg"], arch=arch), state)
+
+
+def canonical_state(student_state: Mapping[str, torch.Tensor], cfg: HybridConfig) -> dict[str, torch.Tensor]:
+    """Canonical weights from a ``HybridStudent`` state dict (or canonical weights), shape-checked."""
+    out = {(k.removeprefix("weights.").replace("__", ".")): v for k, v in student_state.items()}
+    check_shapes(out, param_shapes(cfg))
+    return out
+
+
+__all__ = ["HybridStudent", "canonical_state", "extract", "mamba_heads_kept", "student_model"]

@@ -1,91 +1,40 @@
-"""Permutation to prefix order: the parent's weights reordered by importance, same function.
+"""Permutation to prefix order: the parent's weights reordered by importance, the same function.
 
-**Permutation** (``permute``): FFN channels, KV groups (with their query heads) and hidden channels are
-sorted by decreasing importance (``autocompress.prune.importance``) and the weights permuted consistently, so the
-permuted parent computes exactly the same function (tested) and every candidate keeps a *prefix*:
+Sorted by decreasing importance (``prune.importance``), consistently across every tensor that
+shares the index (canonical names, ``nn.hybrid``), so the permuted parent computes exactly the
+parent's function (tested; RMSNorm is permutation-invariant over channels, attention over whole
+GQA groups with their query heads) and every candidate keeps a *prefix*:
 
-* FFN width w: intermediate channels [0, w);
-* hidden width d': residual channels [0, d');
-* k KV heads: query heads stay (the IR keeps them global); KV heads are merged by mean-pooling. Query
-  head h of a k-head layer reads pooled KV head h // (H/k), whose K/V weights are the mean, over the
-  query heads of its group, of the parent KV head each of them used (``pool_matrix``); when k divides K
-  this is the plain mean of K/k adjacent (in importance order) parent groups (Minitron).
+* hidden channels: embedding and head columns, every norm, every projection's hidden side;
+* KV groups with their query heads; dense FFN channels;
+* experts of a MoE layer: router rows, score-correction bias and expert weights move together
+  (top-k routing is permutation-equivariant); the channels of each expert, separately;
+* Mamba2 heads: within their group only (a head reads its group's B and C; the gated norm
+  averages per group), with their z / x / dt rows, conv channels, A, D, dt bias, norm weights and
+  ``out_proj`` columns.
+
+k KV heads (``pool_matrix``): query heads stay (the IR keeps them global); KV heads are merged by
+mean-pooling. Query head h of a k-head layer reads pooled KV head h // (H/k), whose K/V weights are
+the mean, over the query heads of its group, of the parent KV head each of them used; when k divides
+K this is the plain mean of K/k adjacent (in importance order) parent groups (Minitron).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 
-from autocompress.prune.importance import ImportanceStats
-from autocompress.nn.llama import LlamaConfig, param_name
+from autocompress.ir import MLP, Attention, Mamba2, MoE
+from autocompress.nn.hybrid import HybridConfig, pn
+
+IN_SIDE = ("q", "k", "v", "in_proj", "up", "gate", "router", "s_up", "s_gate", "s_router")  # columns = hidden
+OUT_SIDE = ("o", "out_proj", "down", "s_down")  # rows = hidden
 
 
-@dataclass(frozen=True)
-class Permutation:
-    """New index j holds old index ``order[j]`` (decreasing importance)."""
-
-    hidden: torch.Tensor  # (d,)
-    kv: tuple[torch.Tensor | None, ...]  # per layer (K_l,)
-    ffn: tuple[torch.Tensor | None, ...]  # per layer (I_l,)
-
-
-def _desc(scores: torch.Tensor) -> torch.Tensor:
-    return torch.sort(scores, descending=True, stable=True).indices
-
-
-def permutation_from(stats: ImportanceStats) -> Permutation:
-    return Permutation(_desc(stats.hidden_channels),
-                       tuple(None if s is None else _desc(s) for s in stats.kv_groups),
-                       tuple(None if s is None else _desc(s) for s in stats.ffn_channels))
-
-
-def _head_rows(order: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """Row indices of whole heads taken in ``order``."""
-    return (order[:, None] * head_dim + torch.arange(head_dim)[None, :]).reshape(-1)
-
-
-def apply_permutation(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, perm: Permutation
-                      ) -> dict[str, torch.Tensor]:
-    """The parent's weights with channels / groups reordered; same function (RMSNorm is permutation-
-    invariant over channels, attention over whole GQA groups with their query heads)."""
-    p = perm.hidden
-    out: dict[str, torch.Tensor] = {}
-    out["model.embed_tokens.weight"] = params["model.embed_tokens.weight"][:, p]
-    out["model.norm.weight"] = params["model.norm.weight"][p]
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = params["lm_head.weight"][:, p]
-    H, hd = cfg.num_heads, cfg.head_dim
-    for i in range(cfg.num_layers):
-        K = cfg.kv_heads[i]
-        if K is not None:
-            g = perm.kv[i]
-            r = H // K  # query heads per group move with their group
-            q_heads = (g[:, None] * r + torch.arange(r)[None, :]).reshape(-1)
-            q_rows, kv_rows = _head_rows(q_heads, hd), _head_rows(g, hd)
-            out[param_name(i, "input_layernorm")] = params[param_name(i, "input_layernorm")][p]
-            out[param_name(i, "self_attn.q_proj")] = params[param_name(i, "self_attn.q_proj")][q_rows][:, p]
-            for n in ("k_proj", "v_proj"):
-                out[param_name(i, f"self_attn.{n}")] = params[param_name(i, f"self_attn.{n}")][kv_rows][:, p]
-            out[param_name(i, "self_attn.o_proj")] = params[param_name(i, "self_attn.o_proj")][p][:, q_rows]
-        if cfg.ffn_widths[i] is not None:
-            f = perm.ffn[i]
-            out[param_name(i, "post_attention_layernorm")] = params[param_name(i, "post_attention_layernorm")][p]
-            for n in ("gate_proj", "up_proj"):
-                out[param_name(i, f"mlp.{n}")] = params[param_name(i, f"mlp.{n}")][f][:, p]
-            out[param_name(i, "mlp.down_proj")] = params[param_name(i, "mlp.down_proj")][p][:, f]
-    missing = set(params) - set(out)
-    if missing:
-        raise ValueError(f"unexpected parameters (biases?) not permuted: {sorted(missing)[:5]}")
-    return {k: v.contiguous() for k, v in out.items()}
-
-
-def permute(params: Mapping[str, torch.Tensor], cfg: LlamaConfig, stats: ImportanceStats
-            ) -> tuple[dict[str, torch.Tensor], Permutation]:
-    perm = permutation_from(stats)
-    return apply_permutation(params, cfg, perm), perm
+def head_rows(heads: torch.Tensor, size: int) -> torch.Tensor:
+    """The rows (or channels) of the heads ``heads``, each ``size`` wide, in that order."""
+    return (heads[:, None] * size + torch.arange(size)[None, :]).reshape(-1)
 
 
 def pool_matrix(q_heads: int, kv_from: int, kv_to: int) -> torch.Tensor:
@@ -97,3 +46,94 @@ def pool_matrix(q_heads: int, kv_from: int, kv_to: int) -> torch.Tensor:
     P = torch.zeros(kv_to, kv_from)
     P.index_put_((h // (q_heads // kv_to), h // (q_heads // kv_from)), torch.ones(q_heads), accumulate=True)
     return P / (q_heads // kv_to)
+
+
+def _desc(scores: torch.Tensor) -> torch.Tensor:
+    return torch.sort(scores, descending=True, stable=True).indices
+
+
+def mamba_order(scores: torch.Tensor, groups: int) -> torch.Tensor:
+    """Head order sorting each group's heads by decreasing score, groups in place."""
+    n = len(scores) // groups
+    return torch.cat([g * n + _desc(scores[g * n:(g + 1) * n]) for g in range(groups)])
+
+
+def permute(params: Mapping[str, torch.Tensor], cfg: HybridConfig, stats) -> tuple[dict[str, torch.Tensor], dict]:
+    """(permuted weights, the orders used: new index j holds old index ``order[j]``) for ``stats``
+    (``importance.ImportanceStats``)."""
+    hid = _desc(stats.hidden_channels)
+    out = {k: v for k, v in params.items()}
+    out["embed"], out["norm_f"] = params["embed"][:, hid], params["norm_f"][hid]
+    if "lm_head" in params:
+        out["lm_head"] = params["lm_head"][:, hid]
+    orders: dict = {"hidden": hid}
+    for l, b in enumerate(cfg.arch.blocks):
+        def put(name, t):
+            out[pn(l, name)] = t
+        g = lambda n: out[pn(l, n)]  # noqa: E731
+        for n in ("mixer_norm", "ffn_norm", "post_mixer_norm", "post_ffn_norm"):
+            if pn(l, n) in out:
+                put(n, g(n)[hid])
+        for n in IN_SIDE:
+            if pn(l, n) in out:
+                put(n, g(n)[:, hid])
+        for n in OUT_SIDE:
+            if pn(l, n) in out:
+                put(n, g(n)[hid])
+        if pn(l, "e_up") in out:
+            put("e_up", g("e_up")[:, :, hid])
+            put("e_down", g("e_down")[:, hid])
+            if pn(l, "e_gate") in out:
+                put("e_gate", g("e_gate")[:, :, hid])
+        m, f = b.mixer, b.ffn
+        if isinstance(m, Attention):
+            grp = _desc(stats.kv_groups[l])
+            r, hd = m.q_heads // m.kv_heads, m.head_dim
+            q_rows = head_rows((grp[:, None] * r + torch.arange(r)[None, :]).reshape(-1), hd)
+            kv_rows = head_rows(grp, hd)
+            put("q", g("q")[q_rows])
+            put("o", g("o")[:, q_rows])
+            for n in ("k", "v"):
+                put(n, g(n)[kv_rows])
+            for n, rows in (("q_bias", q_rows), ("k_bias", kv_rows), ("v_bias", kv_rows)):
+                if pn(l, n) in out:
+                    put(n, g(n)[rows])
+            orders[pn(l, "kv")] = grp
+        elif isinstance(m, Mamba2):
+            heads = mamba_order(stats.mamba_heads[l], m.groups)
+            I, gn = m.d_inner, m.groups * m.state_size
+            ch = head_rows(heads, m.head_dim)
+            rows = torch.cat([ch, I + ch, 2 * I + torch.arange(2 * gn), 2 * I + 2 * gn + heads])
+            conv = torch.cat([ch, I + torch.arange(2 * gn)])
+            put("in_proj", g("in_proj")[rows])
+            put("conv_w", g("conv_w")[conv])
+            if pn(l, "conv_b") in out:
+                put("conv_b", g("conv_b")[conv])
+            for n in ("A_log", "D", "dt_bias"):
+                put(n, g(n)[heads])
+            put("ssm_norm", g("ssm_norm")[ch])
+            put("out_proj", g("out_proj")[:, ch])
+            orders[pn(l, "mamba")] = heads
+        if isinstance(f, MLP):
+            c = _desc(stats.ffn_channels[l])
+            put("up", g("up")[c])
+            put("down", g("down")[:, c])
+            if f.gated:
+                put("gate", g("gate")[c])
+            orders[pn(l, "ffn")] = c
+        elif isinstance(f, MoE):
+            e = _desc(stats.experts[l])
+            put("router", g("router")[e])
+            if pn(l, "router_bias") in out:
+                put("router_bias", g("router_bias")[e])
+            ch = torch.stack([_desc(s) for s in stats.expert_channels[l][e]])  # per kept expert, its channels
+            idx = torch.arange(len(e))[:, None]
+            put("e_up", g("e_up")[e][idx, ch])
+            put("e_down", g("e_down")[e].transpose(1, 2)[idx, ch].transpose(1, 2))
+            if f.gated:
+                put("e_gate", g("e_gate")[e][idx, ch])
+            orders[pn(l, "experts")] = e
+    return {k: v.contiguous() for k, v in out.items()}, orders
+
+
+__all__ = ["head_rows", "mamba_order", "permute", "pool_matrix"]

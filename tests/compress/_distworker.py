@@ -59,10 +59,8 @@ def hidden_setup():
 def importance_inputs():
     import _tinykit as tk
 
-    from autocompress.nn.llama import LlamaConfig
-
     model = tk.random_llama(3)
-    return tk.params_of(model), LlamaConfig.from_hf(model.config.to_dict()), tk.batches(5, batch=2, seq=16)
+    return tk.canonical_of(model), tk.config_of(model), tk.batches(5, batch=2, seq=16)
 
 
 def stats_hash(stats) -> str:

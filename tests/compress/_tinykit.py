@@ -65,6 +65,21 @@ def params_of(model) -> dict[str, torch.Tensor]:
     return sd
 
 
+def config_of(model):
+    """The canonical forward's ``HybridConfig`` of a transformers Llama / Mistral model."""
+    from autocompress.families.llama.load import llama_config
+
+    return llama_config(model.config.to_dict())
+
+
+def canonical_of(model) -> dict[str, torch.Tensor]:
+    """The canonical (``nn.hybrid``) fp32 weights of a transformers Llama / Mistral model."""
+    from autocompress.families import checkpoint as ck
+    from autocompress.families.llama.load import names
+
+    return ck.to_canonical(params_of(model), names(config_of(model).arch), {}, {})
+
+
 def save_parent(model, out_dir: Path, tokenizer: bool = False) -> Path:
     """Write ``model`` as an HF safetensors folder (optionally with the offline tokenizer)."""
     model.save_pretrained(out_dir)

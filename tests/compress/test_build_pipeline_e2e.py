@@ -128,7 +128,7 @@ def test_export_loads_after_import_and_matches_in_memory_student(built):
     root, spec, result, _ = built
     from transformers import AutoModelForCausalLM
 
-    from autocompress.prune.extract import student_model
+    from autocompress.families.llama.student import student_model
     from autocompress.ir import arch_from_dict
     from autocompress.modeling.register import register
     from safetensors.torch import load_file
@@ -143,10 +143,11 @@ def test_export_loads_after_import_and_matches_in_memory_student(built):
     parent = resolve_parent(s.parent, str(root)).architecture
     arch = arch_from_dict(report["architecture"], parent)
     sd = load_file(str(result.output / "model.safetensors"))
-    from autocompress.nn.llama import load_llama
+    from autocompress.families.llama.family import config
+    from autocompress.families.llama.load import names
+    from autocompress.families.checkpoint import to_canonical
 
-    _, cfg = load_llama(root / "parent")
-    mem = student_model(arch, sd, cfg.llama_globals()).eval()
+    mem = student_model(arch, to_canonical(sd, names(arch), {}, {}), {"cfg": config(root / "parent")}).eval()
     ids = torch.tensor(PROMPTS)
     with torch.no_grad():
         a = loaded.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)

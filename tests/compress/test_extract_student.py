@@ -11,13 +11,14 @@ import _tinykit as kit  # noqa: E402
 
 from autocompress.export.decilm import decilm_config_from_architecture, expected_shapes
 from autocompress.export.writer import export_decilm
-from autocompress.prune.extract import extract
-from autocompress.prune.importance import collect_importance
+from autocompress.families.llama.load import llama_globals
+from autocompress.families.llama.student import llama_state
 from autocompress.ir import MLP, Block
-from autocompress.nn.llama import LlamaConfig
 from autocompress.plan.space import DEFAULT_AXES, SearchSpace
-from autocompress.search.supernet import Supernet
+from autocompress.prune import extract as canonical
+from autocompress.prune.importance import collect_importance
 from autocompress.prune.permute import permute
+from autocompress.search.supernet import Supernet
 
 SPACE = SearchSpace((64, 48, 32), 32, (1, 2), (), DEFAULT_AXES, True, 0.25, ())
 # 4 layers: kv 1 / removed / 2 / 1; FFN 64 / 128 / removed / 96; hidden 48
@@ -27,10 +28,16 @@ HETERO = (1, (1, 0, 2, 1), (2, 4, 0, 3))
 @pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
 def supernet(request):
     model = kit.random_llama(4, tie=request.param)
-    cfg = LlamaConfig.from_hf(model.config.to_dict())
-    params = kit.params_of(model)
+    cfg = kit.config_of(model)
+    params = kit.canonical_of(model)
     permuted, _ = permute(params, cfg, collect_importance(params, cfg, kit.batches(2)))
     return Supernet(permuted, cfg, SPACE)
+
+
+def extract(permuted, cfg, arch):
+    """The canonical extraction under the Llama names, with the DeciLM export's globals."""
+    sd, extras = canonical.extract(permuted, cfg, arch)
+    return llama_state(sd, arch), llama_globals(extras["cfg"])
 
 
 def _decilm(arch, sd, g):
@@ -75,7 +82,7 @@ def test_extract_slices_the_parents_weights(supernet):
     """Prefix slices of the permuted parent; K/V of a 1-KV-head layer are the mean of the two groups."""
     arch = supernet.architecture(*HETERO)
     sd, _ = extract(supernet.params, supernet.cfg, arch)
-    P = supernet.params
+    P = llama_state(supernet.params, supernet.cfg.arch)
     down = "model.layers.0.mlp.down_proj.weight"
     torch.testing.assert_close(sd[down], P[down][:48, :64])
     k = P["model.layers.0.self_attn.k_proj.weight"].view(2, kit.HEAD_DIM, -1).mean(0)[:, :48]

@@ -14,7 +14,6 @@ import _tinykit as kit  # noqa: E402
 
 from autocompress.feasibility.objective import SEGMENTS, load_importance
 from autocompress.prune.importance import ablation_influence, collect_importance, cumulative_curve
-from autocompress.nn.llama import LlamaConfig
 
 LAYERS = 3
 
@@ -22,9 +21,9 @@ LAYERS = 3
 @pytest.fixture(scope="module")
 def parent():
     model = kit.random_llama(LAYERS)
-    cfg = LlamaConfig.from_hf(model.config.to_dict())
+    cfg = kit.config_of(model)
     data = kit.batches(3, batch=2, seq=16)
-    return model, cfg, data, collect_importance(kit.params_of(model), cfg, data)
+    return model, cfg, data, collect_importance(kit.canonical_of(model), cfg, data)
 
 
 def _reference(model, data):
@@ -99,14 +98,14 @@ def test_importance_file_loads_in_feasibility(parent, tmp_path):
     path = st.to_json(tmp_path / "importance.json")
     raw = json.loads(path.read_text())
     assert raw["version"] == 2 and raw["weights"] == "cosine" and len(raw["layers"]) == LAYERS
-    imp = load_importance(str(path), cfg.architecture())
+    imp = load_importance(str(path), cfg.arch)
     assert sum(imp.alpha) + sum(imp.beta) == pytest.approx(1.0)
     for curve in (*imp.kv_curves, *imp.ffn_curves, imp.hidden_curve):
         assert len(curve) == SEGMENTS + 1 and curve[0] == 0.0 and curve[-1] == 1.0
         steps = [b - a for a, b in zip(curve, curve[1:])]
         assert all(s >= -1e-12 for s in steps)  # non-decreasing
         assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:]))  # concave: sorted decreasing
-    parent_arch = cfg.architecture()
+    parent_arch = cfg.arch
     assert imp.score(parent_arch, parent_arch) == pytest.approx(1.0)
 
 
@@ -129,7 +128,7 @@ def _kl_with_zeroed(model, data, name: str) -> float:
 
 def test_removal_kl_equals_zeroed_projection_reference(parent, tmp_path):
     model, cfg, data, st = parent
-    attn, ffn = ablation_influence(kit.params_of(model), cfg, data)
+    attn, ffn = ablation_influence(kit.canonical_of(model), cfg, data)
     for l in range(LAYERS):
         ref_a = _kl_with_zeroed(model, data, f"model.layers.{l}.self_attn.o_proj.weight")
         ref_f = _kl_with_zeroed(model, data, f"model.layers.{l}.mlp.down_proj.weight")

@@ -14,7 +14,7 @@ from autocompress.search.router_v2 import RouterV2Config, train_router_v2  # noq
 from autocompress.search.supernet import Supernet  # noqa: E402
 from autocompress.search.tables import CostTables  # noqa: E402
 from autocompress.data.teacher import topk_kl, topk_of  # noqa: E402
-from autocompress.nn.llama import LlamaConfig, forward  # noqa: E402
+from autocompress.nn.hybrid import forward  # noqa: E402
 from autocompress.plan.space import DEFAULT_AXES, SearchSpace  # noqa: E402
 
 SPACE = SearchSpace((64,), 32, (1, 2), (), DEFAULT_AXES, True, 0.25, ())
@@ -22,8 +22,8 @@ SPACE = SearchSpace((64,), 32, (1, 2), (), DEFAULT_AXES, True, 0.25, ())
 
 def _setup():
     model = kit.random_llama(3)
-    cfg = LlamaConfig.from_hf(model.config.to_dict())
-    params = kit.params_of(model)
+    cfg = kit.config_of(model)
+    params = kit.canonical_of(model)
     net = Supernet(params, cfg, SPACE)
     ids = kit.batches(4, batch=2, seq=16, seed=3)
     with torch.no_grad():

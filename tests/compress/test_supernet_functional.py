@@ -1,4 +1,5 @@
-"""The functional decoder (teacher and supernet in one) equals transformers on the same weights."""
+"""The canonical functional decoder (teacher and supernet in one) equals transformers' Llama and
+Mistral on the same weights, read through the Llama family's checkpoint names."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ pytest.importorskip("transformers")
 
 import _tinykit as kit  # noqa: E402
 
-from autocompress.nn.llama import LlamaConfig, forward, load_llama, rope_tables
+from autocompress.families.llama.load import llama_config, load
+from autocompress.nn.hybrid import forward, rope_tables
 from autocompress.parents.hf_config import architecture_from_config
 
 
@@ -21,20 +23,20 @@ from autocompress.parents.hf_config import architecture_from_config
 ])
 def test_logits_equal_transformers(kind, tie, over):
     model = kit.random_llama(3, tie, kind=kind, **over)
-    cfg = LlamaConfig.from_hf(model.config.to_dict())
+    cfg = kit.config_of(model)
     ids = kit.batches(1, seq=20)[0]
     with torch.no_grad():
         ref = model(ids).logits
-        out = forward(kit.params_of(model), cfg, ids)
+        out = forward(kit.canonical_of(model), cfg, ids)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
 def test_load_llama_folder_and_architecture(tmp_path):
     model = kit.random_llama(2, tie=True)
     folder = kit.save_parent(model, tmp_path / "parent")
-    params, cfg = load_llama(folder)
-    assert "lm_head.weight" not in params and cfg.tie_embeddings
-    assert cfg.architecture() == architecture_from_config(model.config.to_dict())
+    params, cfg = load(folder)
+    assert "lm_head" not in params and cfg.arch.tie_embeddings
+    assert cfg.arch == architecture_from_config(model.config.to_dict())
     ids = kit.batches(1, seq=8)[0]
     with torch.no_grad():
         torch.testing.assert_close(forward(params, cfg, ids), model(ids).logits, atol=1e-5, rtol=1e-5)
@@ -44,16 +46,17 @@ def test_decilm_parent_config_and_refusals():
     from autocompress.export.decilm import decilm_config_from_architecture
 
     ek = kit._exportkit()
-    cfg = LlamaConfig.from_hf({**decilm_config_from_architecture(ek.hetero_arch(512), **ek.GLOBALS),
-                               "model_type": "nemotron-nas"})
-    assert cfg.kv_heads == (2, None, 1, 4, None, 2) and cfg.ffn_widths == (96, 128, None, 64, None, 160)
+    cfg = llama_config({**decilm_config_from_architecture(ek.hetero_arch(512), **ek.GLOBALS),
+                        "model_type": "nemotron-nas"})
+    assert tuple(b.attention.kv_heads if b.attention else None for b in cfg.arch.blocks) == (2, None, 1, 4, None, 2)
+    assert tuple(b.ffn.width if b.ffn else None for b in cfg.arch.blocks) == (96, 128, None, 64, None, 160)
     base = kit.hf_config(2).to_dict()
     with pytest.raises(NotImplementedError, match="RoPE type 'llama3'"):
-        LlamaConfig.from_hf({**base, "rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}})
+        llama_config({**base, "rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}})
     with pytest.raises(NotImplementedError, match="biases"):
-        LlamaConfig.from_hf({**base, "attention_bias": True})
+        llama_config({**base, "attention_bias": True})
     with pytest.raises(NotImplementedError, match="model_type"):
-        LlamaConfig.from_hf({**base, "model_type": "qwen3_moe"})
+        llama_config({**base, "model_type": "qwen3_moe"})
 
 
 def test_rope_tables_match_transformers():

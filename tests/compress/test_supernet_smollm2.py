@@ -27,10 +27,10 @@ def smollm2():
     from transformers import AutoTokenizer
 
     from autocompress.export.gguf_convert import convert_alias
-    from autocompress.nn.llama import load_llama
+    from autocompress.families.llama.load import load
 
     path = convert_alias("smollm2-135m")
-    params, cfg = load_llama(path)
+    params, cfg = load(path)
     ids = torch.tensor([AutoTokenizer.from_pretrained(path)(TEXT)["input_ids"]])
     return path, params, cfg, ids
 
@@ -38,10 +38,11 @@ def smollm2():
 def test_functional_forward_equals_transformers(smollm2):
     from transformers import AutoModelForCausalLM
 
-    from autocompress.nn.llama import forward
+    from autocompress.nn.hybrid import forward
 
     path, params, cfg, ids = smollm2
-    assert (cfg.num_layers, cfg.hidden_size, cfg.kv_heads[0], cfg.rope_theta) == (30, 576, 3, 100000.0)
+    assert (cfg.num_layers, cfg.arch.hidden_size, cfg.arch.blocks[0].attention.kv_heads, cfg.rope_theta) == \
+        (30, 576, 3, 100000.0)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     with torch.no_grad():
         ref = model(ids).logits
@@ -51,12 +52,10 @@ def test_functional_forward_equals_transformers(smollm2):
 
 
 def test_permuted_and_extracted_smollm2(smollm2):
-    from autocompress.export.decilm import decilm_config_from_architecture
+    from autocompress.families.llama.student import student_model
+    from autocompress.nn.hybrid import forward
     from autocompress.prune.extract import extract
     from autocompress.prune.importance import collect_importance
-    from autocompress.modeling.configuration_decilm import DeciLMConfig
-    from autocompress.modeling.modeling_decilm import DeciLMForCausalLM
-    from autocompress.nn.llama import forward
     from autocompress.plan.space import derive_space
     from autocompress.search.supernet import Supernet
     from autocompress.prune.permute import permute
@@ -66,14 +65,13 @@ def test_permuted_and_extracted_smollm2(smollm2):
     permuted, _ = permute(params, cfg, stats)
     with torch.no_grad():
         torch.testing.assert_close(forward(permuted, cfg, ids), forward(params, cfg, ids), atol=1e-4, rtol=1e-4)
-    sn = Supernet(permuted, cfg, derive_space(cfg.architecture(), "vllm", "cpu"))
+    sn = Supernet(permuted, cfg, derive_space(cfg.arch, "vllm", "cpu"))
     L = cfg.num_layers
     ca = tuple(2 if l % 3 == 0 else (1 if l % 3 == 1 else 0) for l in range(L))  # kv 3 / kv 1 / removed
     cf = tuple(len(sn.options.ffn[l]) - 1 - (l % 5) * 3 for l in range(L))  # widths 1536 ... 768
     arch = sn.architecture(1, ca, cf)  # hidden 512
-    sd, g = extract(sn.params, cfg, arch)
-    student = DeciLMForCausalLM(DeciLMConfig(**decilm_config_from_architecture(arch, **g))).eval()
-    student.load_state_dict(sd, strict=False)
+    sd, extras = extract(sn.params, cfg, arch)
+    student = student_model(arch, sd, extras).eval()  # the DeciLM class the export ships
     with torch.no_grad():
         got, want = student(ids).logits, sn(ids, sn.one_hot(arch))
     # fp32 rounding over 30 layers (pooling after vs before RoPE, masked vs sliced sums): ~4e-4 on logits

@@ -1,7 +1,7 @@
 """Reading a Gemma 3 checkpoint: its tensor names, the forward's globals, ``load``.
 
 The parent loader the importance, teacher and parent-quality stages run. It is a module apart
-from the family's (``families.gemma3``: export, ``FAMILY``) because those stages' cache keys hash
+from the family's (``families.gemma3.family``: export, ``FAMILY``) because those stages' cache keys hash
 the code they run (``families.hybrid.hybrid_family``): an edit of the export or the search
 must not re-run an hour of importance and teacher outputs.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from autocompress.families import checkpoint as ck
 from autocompress.ir import Architecture
-from autocompress.nn.gemma3 import gemma3_config, to_canonical_norms
+from autocompress.families.gemma3.forward import gemma3_config, to_canonical_norms
 from autocompress.nn.hybrid import HybridConfig, param_shapes, pn
 from autocompress.parents.hf_config import architecture_from_config
 

@@ -1,7 +1,7 @@
 """The Gemma 3 build family (``gemma3_text`` parents: Gemma 3 270M / 1B and the text towers).
 
-The torch side is the hybrid one (forward ``nn.gemma3`` over ``nn.hybrid``, ``prune.hybrid_*``);
-this module holds the checkpoint names, the forward's globals and the exported config.
+The torch side is the canonical one (``nn.hybrid`` with the globals of ``families.gemma3.forward``,
+``prune.*``); this module holds the exported config and the export.
 
 **Export** (what transformers 5.19 and stock vLLM 0.32 load):
 
@@ -32,13 +32,13 @@ from transformers import Gemma3TextConfig
 
 from autocompress.export.writer import write_checkpoint
 from autocompress.families import checkpoint as ck
-from autocompress.families.gemma3_load import kept_layers, load, names
+from autocompress.families.gemma3.load import kept_layers, load, names
 from autocompress.families.hybrid import config_of, hybrid_family
 from autocompress.ir import MLP, Architecture
 from autocompress.modeling import register as modeling
-from autocompress.nn.gemma3 import from_canonical_norms, gemma3_config
+from autocompress.families.gemma3.forward import from_canonical_norms, gemma3_config
 from autocompress.nn.hybrid import HybridConfig
-from autocompress.prune.hybrid_extract import canonical_state
+from autocompress.prune.extract import canonical_state
 
 TERMS_FILES = ("GEMMA_TERMS.html", "NOTICE")
 

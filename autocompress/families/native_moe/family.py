@@ -1,7 +1,7 @@
 """The native MoE build family: Mixtral, Qwen2-MoE, Qwen3-MoE, exported in their own formats.
 
-The torch side is the hybrid one (``nn.hybrid`` forward, ``prune.hybrid_*``); this module
-holds what is particular to these checkpoints: names, the forward's globals, the exported config.
+The torch side is the canonical one (``nn.hybrid`` forward, ``prune.*``, ``families.hybrid``); this
+module holds what is particular to these checkpoints: names, the forward's globals, the exported config.
 
 What stock vLLM 0.32 serves (``mixtral.py``, ``qwen2_moe.py``, ``qwen3_moe.py``) decides the
 search space (``registry.NATIVE_MOE``): every layer is built from the global expert count, expert
@@ -24,10 +24,10 @@ from transformers import AutoConfig
 from autocompress.export.writer import write_checkpoint
 from autocompress.families import checkpoint as ck
 from autocompress.families.hybrid import config_of, hybrid_family
-from autocompress.families.native_moe_load import hybrid_config, load, names
+from autocompress.families.native_moe.load import hybrid_config, load, names
 from autocompress.ir import MLP, Architecture, MoE
 from autocompress.nn.hybrid import HybridConfig
-from autocompress.prune.hybrid_extract import canonical_state
+from autocompress.prune.extract import canonical_state
 
 ARCHITECTURES = {"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 

@@ -1,7 +1,7 @@
 """Reading a NemotronH / NemotronH-Puzzle checkpoint: its tensor names, the forward's globals, ``load``.
 
 The parent loader the importance, teacher and parent-quality stages run. It is a module apart
-from the family's (``families.nemotron_h``: export, ``FAMILY``) because those stages' cache keys hash
+from the family's (``families.nemotron_h.family``: export, ``FAMILY``) because those stages' cache keys hash
 the code they run (``families.hybrid.hybrid_family``): an edit of the export or the search
 must not re-run an hour of importance and teacher outputs.
 """

@@ -1,7 +1,7 @@
 """The NemotronH build family: hybrid Mamba2 / attention / MLP / MoE parents, exported as NemotronH
 (homogeneous result) or NemotronH-Puzzle (per-layer sizes).
 
-The torch side is the hybrid one (``nn.hybrid``, ``nn.mamba2``, ``prune.hybrid_*``); this
+The torch side is the canonical one (``nn.hybrid``, ``nn.mamba2``, ``prune.*``); this
 module holds the checkpoint names, the forward's globals and the exported config.
 
 **Export** (what vLLM 0.32's ``nemotron_h.py`` and transformers 5.19 load):
@@ -31,12 +31,12 @@ from transformers import NemotronHConfig
 from autocompress.export.writer import write_checkpoint
 from autocompress.families import checkpoint as ck
 from autocompress.families.hybrid import config_of, hybrid_family
-from autocompress.families.nemotron_h_load import HF_KIND, hybrid_config, kind, load, names
+from autocompress.families.nemotron_h.load import HF_KIND, hybrid_config, kind, load, names
 from autocompress.ir import Architecture
 from autocompress.modeling import register as modeling
 from autocompress.modeling.configuration_nemotron_h_puzzle import NemotronHPuzzleConfig
 from autocompress.nn.hybrid import HybridConfig
-from autocompress.prune.hybrid_extract import canonical_state
+from autocompress.prune.extract import canonical_state
 
 
 def _json_floats(v):

@@ -1,7 +1,7 @@
 """Reading a Mixtral / Qwen2-MoE / Qwen3-MoE checkpoint: its tensor names, the forward's globals, ``load``.
 
 The parent loader the importance, teacher and parent-quality stages run. It is a module apart
-from the family's (``families.native_moe``: export, ``FAMILY``) because those stages' cache keys hash
+from the family's (``families.native_moe.family``: export, ``FAMILY``) because those stages' cache keys hash
 the code they run (``families.hybrid.hybrid_family``): an edit of the export or the search
 must not re-run an hour of importance and teacher outputs.
 """

@@ -12,13 +12,13 @@ What differs from Llama, and where it lives:
 * **embedding scale** ``sqrt(hidden_size)`` (``Gemma3TextScaledWordEmbedding``);
 * **two RoPE bases**: ``rope_parameters["full_attention"]`` (1e6 for 270M) on global layers,
   ``["sliding_attention"]`` (1e4) on sliding ones; sliding layers see their 512 previous tokens
-  (``kv_idx > q_idx - window``: ``nn.llama.causal_attention``);
+  (``kv_idx > q_idx - window``: ``nn.hybrid.causal_attention``);
 * **query scale** ``query_pre_attn_scalar ** -0.5`` (256 for 270M: equal to head_dim ** -0.5);
 * **GELU-tanh** gated MLP; optional **final logit soft cap** ``tanh(l / c) * c`` (None for 270M);
   transformers 5.19 never applies ``attn_logit_softcapping``, so neither do we.
 
 The masks are ``nn.hybrid.HybridMasks`` (hidden, FFN channels, attention options), so importance,
-permutation, the supernet and extraction are the hybrid family's (``families.gemma3``).
+permutation, the supernet and extraction are the canonical ones (``families.gemma3.family``).
 """
 
 from __future__ import annotations

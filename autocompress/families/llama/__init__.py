@@ -1,0 +1,1 @@
+"""The Llama build family: Llama, SmolLM2, Mistral and DeciLM (``nemotron-nas``) parents."""
