@@ -1,2 +1,2 @@
-"""Measurement in the real engine: ``verify`` (acc verify), ``profile`` (acc profile), the engine
-worker process, synthetic calibration models, the calibration fit, and engine adapters (``engines``)."""
+"""Measurement in the real engine: the engine worker process, interleaved and paired runs, ``acc verify``,
+and the engine adapters (``engines``)."""

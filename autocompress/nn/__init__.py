@@ -1,2 +1,2 @@
-"""Small functional models over dicts of Hugging Face-named weights (teacher and supernet in one):
-``llama`` (Llama / Mistral / SmolLM2 and DeciLM-shaped decoders)."""
+"""One functional torch decoder over the architecture IR on canonical weights (``hybrid``: attention,
+MLP, MoE, Mamba2 blocks), used as teacher, supernet and student by every family."""
