@@ -140,7 +140,7 @@ class RunJournal:
 
     def drop_rest(self) -> None:
         """Nothing journaled after the runs taken so far will be used: the file keeps only those,
-        so that what this session measures next follows them and a later resume can replay it."""
+        so that what this run measures next follows them and a later resume can replay it."""
         if self.replay:
             self.replay.clear()
             self._rewrite([self.head] + self.taken)

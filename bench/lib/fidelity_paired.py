@@ -405,7 +405,7 @@ def table(out, rows, pair_rows, args) -> str:
         if cs:
             lines.append(f"| {w} | " + " | ".join(f"{cs[k]['measured']:.3f} ± {cs[k]['se']:.1%}" for k in KEYS) + " |")
     lines += pairing_lines(rows, args)
-    lines += ["", "Goal (issue 12): ratio error median <= 5%, p95 <= 10% for TPOT, E2E and throughput. The absolute "
+    lines += ["", "Goal: ratio error median <= 5%, p95 <= 10% for TPOT, E2E and throughput. The absolute "
               "error is of the chunks' own medians against the profile's absolute prediction: it carries the "
               "host's speed now against the calibration run's.", "",
               "Host index, the parent measured now over its prediction by the fitted profile (mean over the cells' "

@@ -1,4 +1,4 @@
-"""The extracted student's logits equal the masked supernet's at the decoded architecture (issue 3)."""
+"""The extracted student's logits equal the masked supernet's at the decoded architecture."""
 
 from __future__ import annotations
 

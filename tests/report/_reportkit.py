@@ -1,4 +1,4 @@
-"""Helpers for the report tests: every example's report, computed once per test session."""
+"""Helpers for the report tests: every example's report, computed once per pytest run."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ INFEASIBLE = {"npc-5070-infeasible", "npc-5070-full-card"}  # proved
 NOT_FOUND = {"batch-h100-not-found"}
 SMOLLM2_BUILDS = ("code-5070", "serve-h100", "npc-5080", "cpu-vllm")
 GEMMA3_BUILDS = ("gemma3-cpu-vllm", "gemma3-npc-5070")  # the gemma3-270m alias (install-full.sh installs it)
-SLOW: set[str] = set()  # examples too slow for the default run (llama70b took ~7 s; ~2 s since issue 2)
+SLOW: set[str] = set()  # examples too slow for the default run (llama70b takes ~2 s)
 
 
 def example_params():
