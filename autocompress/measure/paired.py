@@ -3,7 +3,7 @@
 ``measure.interleave`` alternates engine *processes* (reference, model, reference, ...). Each run
 is a fresh process of one to two minutes, so a ratio compares times minutes apart, and on these
 shared hosts the speed moves by 10-20% within minutes: two runs of the same held-out ratios
-differ by p95 18-21% in TPOT (``bench/fidelity_repeat.py``).
+differ by p95 18-21% in TPOT (``docs/measurement.md``).
 
 Here the two engines stay loaded, one worker process each (``measure.worker --commands``), and
 only one runs at a time. Per workload the coordinator runs short chunks in the order

@@ -4,7 +4,7 @@
 ``python -m autocompress.measure.worker`` on it and returns the worker's JSON: every workload's
 ``Measurement`` plus the process's peak RSS and the host's load average. Results are cached by
 content (architecture shapes, target, engine limits, workloads, run settings, engine and torch
-versions, thread count), so ``acc profile`` and ``bench/costmodel_fidelity.py`` share them and an
+versions, thread count), so ``acc profile`` and ``python -m bench.fidelity`` share them and an
 interrupted run resumes where it stopped.
 """
 

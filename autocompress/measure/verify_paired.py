@@ -2,11 +2,11 @@
 
 The interleaved schedule (``measure.interleave``) that gives a verify its absolute values and its
 peak memory compares fresh processes minutes apart, and on this host two runs of the same ratios
-differ by p95 18-21% in TPOT (``bench/results/costmodel_fidelity-amd-twopass.md``). Paired engines
+differ by p95 18-21% in TPOT (``docs/measurement.md``). Paired engines
 (``measure.paired``) keep each model and the parent loaded side by side, taking turns in chunks of
 seconds, in K pairs of fresh processes with the start order swapped; on the held-out fidelity set
 that method's ratio error is p95 7.6-8.2% against the profile in four pairings (7.2-10.4% in two), with
-the control (the parent against itself) within 0.96-1.07 (``bench/results/costmodel_fidelity-paired4.md``). So with
+the control (the parent against itself) within 0.96-1.07 (``bench/results/fidelity/paired.md``). So with
 ``--pairings`` the ratio columns come from here, each with its SE; the bounds are still judged on
 the interleaved absolute values, and memory stays with a fresh single process.
 

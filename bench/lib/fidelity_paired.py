@@ -42,7 +42,7 @@ from bench.lib.engine import ROOT, catalog_device, engine_threads, point, refere
 from bench.lib.fidelity_interleaved import model_sets, run_hardware
 from bench.lib.fidelity_refit import fitted_profile
 
-FITTED = "bench/results/fidelity/fitted-amd.json"  # the profile the kept paired table is scored with
+FITTED = "bench/results/fidelity/interleaved.json"  # the profile the kept paired table is scored with
 
 START_S = 30.0  # one engine start here (load and warm-up), set aside from the time share
 KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}

