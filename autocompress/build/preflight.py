@@ -26,24 +26,24 @@ from autocompress.measure import presence
 from autocompress.measure.engines.base import derive_limits
 from autocompress.measure.runner import run_worker, workload_dict
 from autocompress.measure.worker import peak_memory
+from autocompress.plan.budget import Budget, BudgetBound
 from autocompress.progress import as_progress
 from autocompress.report.feasibility import fmt_value
 
 
 @dataclass(frozen=True)
 class ParentCheck:
-    rows: tuple[tuple[str, str, float, float, bool], ...]  # (bound, op, limit, measured, holds)
+    rows: tuple[tuple[BudgetBound, float], ...]  # (bound, the parent's measured value)
 
     @property
     def meets(self) -> bool:
-        return all(ok for *_, ok in self.rows)
+        return all(b.holds(v) for b, v in self.rows)
 
     def lines(self) -> list[str]:
         out = []
-        for name, op, limit, value, ok in self.rows:
-            metric = "memory" if name == "memory" else name.split(".", 1)[1]
-            out.append(f"  {name:<16} {op} {fmt_value(metric, limit):<12} measured {fmt_value(metric, value):<12} "
-                       f"{'meets it' if ok else 'misses it'}")
+        for b, value in self.rows:
+            out.append(f"  {b.name:<16} {b.op} {fmt_value(b.metric, b.value):<12} measured "
+                       f"{fmt_value(b.metric, value):<12} {'meets it' if b.holds(value) else 'misses it'}")
         return out
 
 
@@ -91,13 +91,7 @@ def measure_parent(spec, parent_arch, folder: Path, work: Path, log, threads: in
     res = run_worker(folder, spec.target, wls, limits, work / "preflight", threads, progress=progress,
                      label="preflight parent")
     by = {m["workload"]: m for m in res["measurements"]}
-    field = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
-    rows = []
-    for w in spec.workloads:
-        for b in w.bounds:
-            v = by[w.name][field[b.metric]]
-            rows.append((f"{w.name}.{b.metric}", b.op, b.value, v, v <= b.value if b.op == "<=" else v >= b.value))
-    if spec.target.memory_limit_bytes:
-        v = float(peak_memory(res))
-        rows.append(("memory", "<=", float(spec.target.memory_limit_bytes), v, v <= spec.target.memory_limit_bytes))
-    return ParentCheck(tuple(rows))
+
+    def measured(b: BudgetBound) -> float:  # memory: the parent's peak (``worker.peak_memory``)
+        return float(peak_memory(res)) if b.workload is None else by[b.workload.name][b.field]
+    return ParentCheck(tuple((b, measured(b)) for b in Budget.of(spec)))

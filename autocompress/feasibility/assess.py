@@ -24,6 +24,7 @@ from autocompress.feasibility.metrics import Relaxation, arch_to_x
 from autocompress.feasibility.pins import fix_layers, fix_structure, shed_order, structure_bound
 from autocompress.feasibility.rounding import exact_check, round_repair_fill, structure_infeasible
 from autocompress.feasibility.uniform import drop_order, uniform_search
+from autocompress.plan.budget import Budget
 from autocompress.plan.space import SearchSpace
 
 BINDING_SLACK = 0.05  # an exact-check bound within 5% of its limit is reported as binding
@@ -168,7 +169,7 @@ def assess(spec, parent_arch, profile, device, space: SearchSpace, importance: I
         binding = tuple(c.name for c in start.evaluation.checks if c.slack < BINDING_SLACK)
         return done("feasible", start, uniform, binding)
     verdict, reason = _why_none(spec, parent_arch, profile, device, space, importance, limits, results)
-    diag = _diagnose(spec, relaxes) if diagnose and verdict == "infeasible" else ()
+    diag = _diagnose(Budget.of(spec), relaxes) if diagnose and verdict == "infeasible" else ()
     return done(verdict, uniform=uniform, diag=diag, reason=reason)
 
 

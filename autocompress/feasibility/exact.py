@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from autocompress.cost.memory import MemoryBreakdown, memory_breakdown
 from autocompress.cost.latency import WorkloadCost, decode_floor, predict_workload
 from autocompress.ir import Architecture
-
-# Value of each metric in a WorkloadCost (seconds, or output tok/s for throughput).
-METRIC_FIELD = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
+from autocompress.plan.budget import Budget, BudgetBound
 
 
 @dataclass(frozen=True)
@@ -65,13 +63,19 @@ def _check(name, metric, workload, op, bound, predicted, percentile=None) -> Bou
     return BoundCheck(name, metric, workload, op, bound, predicted, ratio <= 1.0 + 1e-12, ratio, percentile)
 
 
+def bound_check(b: BudgetBound, predicted: float) -> BoundCheck:
+    """One workload bound of the budget against its prediction."""
+    return _check(b.name, b.metric, b.workload.name, b.op, b.value, predicted, b.percentile)
+
+
 def memory_check(spec, mem: MemoryBreakdown) -> BoundCheck:
     """The memory bound: what the deployment needs against the limit (the spec's, else the device's).
 
     The engine's own fit test (``mem.fits``: KV pool, CUDA context) decides; a deployment that
     does not fit fails even when the spec states no memory bound.
     """
-    limit = float(spec.target.memory_limit_bytes or mem.limit_bytes)
+    bound = Budget.of(spec).memory
+    limit = bound.value if bound else float(mem.limit_bytes)
     c = _check("memory", "memory", None, "<=", limit, float(mem.total_bytes))
     if c.ok and not mem.fits:
         c = BoundCheck(c.name, c.metric, None, "<=", limit, c.predicted, False, max(c.ratio, 1.0 + 1e-9))
@@ -83,11 +87,8 @@ def evaluate(arch: Architecture, spec, profile, device, limits=None) -> Evaluati
     target = spec.target
     costs = tuple(predict_workload(arch, target, w, profile, device, limits) for w in spec.workloads)
     mem = memory_breakdown(arch, target, spec.workloads, profile, device, limits)
-    checks = []
-    for w, c in zip(spec.workloads, costs):
-        for b in w.bounds:
-            checks.append(_check(f"{w.name}.{b.metric}", b.metric, w.name, b.op, b.value,
-                                 getattr(c, METRIC_FIELD[b.metric]), b.percentile))
+    by_workload = {w.name: c for w, c in zip(spec.workloads, costs)}
+    checks = [bound_check(b, getattr(by_workload[b.workload.name], b.field)) for b in Budget.of(spec).workload_bounds]
     checks.append(memory_check(spec, mem))
     floors = tuple((w.name, decode_floor(arch, target, w, device)) for w in spec.workloads)
     return Evaluation(arch, costs, mem, tuple(checks), floors)

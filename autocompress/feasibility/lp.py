@@ -128,11 +128,14 @@ def assemble(relax: Relaxation) -> None:
     le(dense(-relax.param_lin / parent_params), -relax.space.min_keep)
     # memory, per workload (units of the limit): const + W(x) + max(kv_w(x), floor) <= limit
     bounds: dict[str, tuple[float, list]] = {}  # name -> (normalized const, normalized row entries)
+    memory_rows = []  # one per workload: "memory" (the first) covers them all in ``solve``
     for i, (wname, kv) in enumerate(relax.mem_kvs):
         le(dense(kv / relax.mem_limit) + [(om + i, -1.0)], 0.0)
         lo[om + i] = relax.mem_floor / relax.mem_limit
-        bounds["memory" if i == 0 else f"memory.{wname}"] = (
+        memory_rows.append("memory" if i == 0 else f"memory.{wname}")
+        bounds[memory_rows[-1]] = (
             relax.mem_const / relax.mem_limit, dense(relax.mem_w / relax.mem_limit) + [(om + i, 1.0)])
+    relax.memory_rows = frozenset(memory_rows)
     for name, (const, r5, limit) in relax.bound_rows().items():
         bounds[name] = (const / limit, dense(r5 / limit))
     relax.bound_index: dict[str, int] = {}
@@ -205,10 +208,10 @@ def solve(relax: Relaxation, objective: str = "importance", drop: frozenset = fr
     prob, z, c, h, lo, hi, ineq = problem(relax)
     hv = relax.h.copy()
     for name, i in relax.bound_index.items():
-        if name in drop or (name.startswith("memory") and "memory" in drop):
+        if name in drop or (name in relax.memory_rows and "memory" in drop):
             hv[i] = BIG
     for name, i in relax.obj_index.items():
-        on = objective != "importance" and (name == objective or (objective == "memory" and name.startswith("memory")))
+        on = objective != "importance" and (name == objective or (objective == "memory" and name in relax.memory_rows))
         hv[i] = -relax.bound_const[name] if on else BIG
     lov, hiv = relax.zlo.copy(), relax.zhi.copy()
     for i, v in (fix or {}).items():

@@ -34,6 +34,7 @@ from autocompress.cost.memory import kv_cache_bytes, memory_breakdown
 from autocompress.cost.roofline import Numerics, Op, Pass, charged_bytes, model_ops, roofline_seconds
 from autocompress.cost.op_tables import block_op_table
 from autocompress.ir import MLP, Architecture, Attention, Block, MoE
+from autocompress.plan.budget import Budget, bound_name
 from autocompress.plan.options import attention_removable, ffn_removable
 
 A, K, G, W = 0, 1, 2, 3  # variable kinds, laid out as x[kind * L + l]
@@ -64,6 +65,7 @@ class Relaxation:
         grow with the sizes). The default relaxation is tighter and steers the search."""
         self.proof = proof
         self.parent, self.d, self.spec, self.profile, self.device = parent, d, spec, profile, device
+        self.budget = Budget.of(spec)  # the bounds its rows hold (``bound_rows``)
         self.limits = limits
         self.space, self.importance = space, importance
         self.arch = parent.with_blocks(parent.blocks, hidden_size=d)
@@ -253,7 +255,7 @@ class Relaxation:
         div = max(steps, 1)
         tpot = [decode[0] / div, decode[1] / div, {j: v / div for j, v in decode[2].items()}, decode[3] / div]
         for name, parts in (("ttft", ttft), ("e2e", e2e), ("tpot", tpot)):
-            self.metrics[f"{w.name}.{name}"] = Metric(name, parts[0], parts[1], parts[2], parts[3])
+            self.metrics[bound_name(w.name, name)] = Metric(name, parts[0], parts[1], parts[2], parts[3])
 
     # ---- memory ----------------------------------------------------------------------------
     def _memory(self) -> None:
@@ -305,26 +307,25 @@ class Relaxation:
         # a contract that must shrink the KV cache below it look impossible
         floor = low.kv_reserved_bytes if low.cpu_kv_space_gib else 0.0
         self.mem_const, self.mem_w, self.mem_kvs, self.mem_floor = const, (1 + mf) * wlin, kvs, floor
-        self.mem_limit = float(t.memory_limit_bytes or mem.limit_bytes)
-        if t.engine == "vllm" and self.device.kind == "gpu" and not t.memory_limit_bytes:
+        bound = self.budget.memory
+        self.mem_limit = bound.scale if bound else float(mem.limit_bytes)
+        if t.engine == "vllm" and self.device.kind == "gpu" and bound is None:
             self.mem_limit = float(mem.requested_bytes)
 
     # ---- problem assembly -------------------------------------------------------------------
     def bound_rows(self) -> dict[str, tuple[float, np.ndarray, float]]:
-        """name -> (const, row over x/u/t, limit) for each bound of the contract (memory apart)."""
+        """name -> (const, row over x/u/t, scale) for each bound of the contract (memory apart): the
+        bound is ``(const + row @ z) / scale <= 1`` (``plan.budget``: throughput through E2E)."""
         L, nt = self.L, self.nt
         out = {}
-        for w in self.spec.workloads:
-            for b in w.bounds:
-                key = f"{w.name}.e2e" if b.metric == "throughput" else f"{w.name}.{b.metric}"
-                m = self.metrics[key]
-                row = np.zeros(5 * L + nt)
-                row[:4 * L] = m.lin
-                row[4 * L:5 * L] = m.uw
-                for j, v in m.tw.items():
-                    row[5 * L + j] += v
-                limit = w.concurrency * w.output_tokens / b.value if b.metric == "throughput" else b.value
-                out[f"{w.name}.{b.metric}"] = (m.const, row, limit)
+        for name, b in self.budget.rows.items():
+            m = self.metrics[b.row]
+            row = np.zeros(5 * L + nt)
+            row[:4 * L] = m.lin
+            row[4 * L:5 * L] = m.uw
+            for j, v in m.tw.items():
+                row[5 * L + j] += v
+            out[name] = (m.const, row, b.scale)
         return out
 
 

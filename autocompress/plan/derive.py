@@ -14,6 +14,7 @@ from autocompress.catalog.engines import ENGINES, SchedulerLimits, scheduler_def
 from autocompress.catalog.hardware import resolve_device
 from autocompress.cost.profile import Profile, load_profile, origin
 from autocompress.ir import Architecture
+from autocompress.plan.budget import Budget
 from autocompress.plan.space import SearchSpace, derive_space
 
 
@@ -25,6 +26,7 @@ class Derived:
     space: SearchSpace
     rows: tuple[tuple[str, str, str], ...]  # (setting, value, why)
     origin: tuple[str, str]  # cost.profile.origin for this parent: where the numbers come from
+    budget: Budget  # the contract's bounds, resolved (``plan.budget``)
 
 
 def engine_limits(spec, device) -> SchedulerLimits:
@@ -64,7 +66,7 @@ def derive(spec, parent: Architecture, base_dir: str = ".") -> Derived:
         if ENGINES[t.engine].cuda_graphs and device.kind == "gpu":
             rows.append(("CUDA graphs", "on", "vLLM V1 default (FULL_AND_PIECEWISE)"))
     rows += list(space.derivation)
-    return Derived(device, profile, limits, space, tuple(rows), where)
+    return Derived(device, profile, limits, space, tuple(rows), where, Budget.of(spec))
 
 
 def margin_row(profile) -> tuple[str, str, str]:

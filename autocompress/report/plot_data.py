@@ -18,6 +18,8 @@ digits, as in the reports.
 
 from __future__ import annotations
 
+from autocompress.plan.budget import bound_name
+
 MEMORY_TERMS = ("weights", "kv_cache", "peak_activation", "non_torch", "gemm_shapes", "cuda_graphs", "margin",
                 "context_overhead")
 TIME_TERMS = ("fixed_s", "prefill_s", "decode_ops_s", "decode_overhead_s")
@@ -73,7 +75,7 @@ def cost_data(title: str, models: dict[str, dict]) -> dict:
             bars.append({"label": label, "waves": b["waves"], **{t: b[t] for t in TIME_TERMS}, "e2e_s": w["e2e_s"],
                          "ttft_s": w["ttft_s"]})
         checks = next(iter(models.values()))["checks"]
-        bounds = {c["metric"]: c["bound"] for c in checks if c["name"].split(".")[0] == name and c["metric"] != "memory"}
+        bounds = {c["metric"]: c["bound"] for c in checks if c["name"] == bound_name(name, c["metric"])}
         workloads.append({"name": name, "bars": bars, "bounds": {k: bounds[k] for k in sorted(bounds)}})
     ratios = []
     for c in next(iter(models.values()))["checks"]:

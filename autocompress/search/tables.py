@@ -146,15 +146,10 @@ def cost_tables(relax: Relaxation) -> CostTables:
         for (kind, l, c), v in zip(where, vals):
             (At if kind == "a" else Ft)[:, l, c] = v
     both = np.zeros(len(names))
+    rows = relax.budget.rows  # the bound each row holds (memory: ``numeric``'s own row, no overhead term)
     for i, name in enumerate(names):
-        if name == "memory":
-            continue
-        w, metric = name.split(".", 1)
-        m = relax.metrics[f"{w}.e2e" if metric == "throughput" else name]
-        limit = [b for wl in relax.spec.workloads if wl.name == w for b in wl.bounds if b.metric == metric][0]
-        wl = relax.spec.workload(w)
-        lim = wl.concurrency * wl.output_tokens / limit.value if metric == "throughput" else limit.value
-        both[i] = m.uw / lim
+        if name in rows:
+            both[i] = relax.metrics[rows[name].row].uw / rows[name].scale
     heads = np.zeros((L, amax))
     for l, o in enumerate(opts.attn):
         heads[l, :len(o)] = o

@@ -12,6 +12,8 @@ from autocompress.build import preflight
 from autocompress.diagnostics import BuildError
 from autocompress.cost import machine
 from autocompress.ir import MLP, Architecture, Attention, Block
+from autocompress.lang.api import parse_spec
+from autocompress.plan.budget import Budget
 
 # two parents of different shapes (vocabularies): a profile fitted on one does not speak for the other
 SMALL = Architecture("llama", 1000, 64, 4, 16, True, (Block(Attention(4, 2, 16), MLP(128)),) * 2)
@@ -108,7 +110,8 @@ def test_another_parent_of_the_same_family_is_preferred_to_a_newer_one(tmp_path,
 
 def test_a_parent_that_meets_the_contract_is_not_compressed(tmp_path, monkeypatch):
     (tmp_path / "s.acspec").write_text(SPEC)
-    measured = preflight.ParentCheck((("ask.tpot", "<=", 0.07, 0.037, True), ("memory", "<=", 2.0 * 2**30, 1.9 * 2**30, True)))
+    budget = Budget.of(parse_spec(SPEC))  # ask.tpot <= 70 ms, memory <= 2 GiB
+    measured = preflight.ParentCheck(((budget["ask.tpot"], 0.037), (budget.memory, 1.9 * 2**30)))
     monkeypatch.setattr(preflight, "applies", lambda spec: True)
     monkeypatch.setattr(preflight, "calibrate_if_needed", lambda *a: None)
     monkeypatch.setattr(preflight, "measure_parent", lambda *a, **k: measured)
@@ -128,7 +131,7 @@ def test_a_parent_that_meets_the_contract_is_not_compressed(tmp_path, monkeypatc
     monkeypatch.setattr(pipeline, "prepare", reached)
     with pytest.raises(Reached):  # --force: on to the compression
         pipeline.run_build(str(tmp_path / "s.acspec"), progress=logs.append, force=True)
-    missed = preflight.ParentCheck((("ask.tpot", "<=", 0.07, 0.09, False),))
+    missed = preflight.ParentCheck(((budget["ask.tpot"], 0.09),))
     monkeypatch.setattr(preflight, "measure_parent", lambda *a, **k: missed)
     with pytest.raises(Reached):  # a missed bound: compress
         pipeline.run_build(str(tmp_path / "s.acspec"), progress=logs.append)
