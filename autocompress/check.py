@@ -23,9 +23,13 @@ from __future__ import annotations
 import gc
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from autocompress import cache
 from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_NOT_FOUND, EXIT_OK
+
+if TYPE_CHECKING:  # the contract module imports the parser, which a cached check never loads
+    from autocompress.contract import Contract
 
 VERDICT_EXIT = {"feasible": EXIT_OK, "infeasible": EXIT_INFEASIBLE, "not_found": EXIT_NOT_FOUND}
 
@@ -38,12 +42,14 @@ class CheckResult:
     cached: bool
 
 
-def check_source(source: str, path: str) -> CheckResult:
-    """The feasibility report of spec text ``source`` standing at ``path`` (not cached: the text is
-    not the file's, so the file-keyed cache cannot vouch for it)."""
+def check_source(source: str | None, path: str, confine: str | None = None,
+                 importance: str | None = None) -> CheckResult:
+    """The feasibility report of spec text ``source`` standing at ``path`` (None: the file's own;
+    not cached: the text is not the file's, so the file-keyed cache cannot vouch for it).
+    ``confine``: a folder every path the spec names must resolve inside (``parents.confine``)."""
     from autocompress.checker import compute
 
-    report, warnings, _ = compute(path, None, source)
+    report, warnings, _ = compute(path, importance and os.path.abspath(importance), source, confine)
     return CheckResult(report, tuple(warnings), VERDICT_EXIT[report["verdict"]], False)
 
 
@@ -58,11 +64,28 @@ def _machine_profiles() -> str:
         return ""
 
 
-def run_check(path: str, use_cache: bool = True, importance: str | None = None) -> CheckResult:
+def run_check(path: str, use_cache: bool = True, importance: str | None = None,
+              confine: str | None = None) -> CheckResult:
     """The feasibility report of the spec at ``path`` (cached). ``importance``: an importance file
-    (``acc build``'s importance stage writes one) to use instead of the prior."""
+    (``acc build``'s importance stage writes one) to use instead of the prior. ``confine``: a
+    folder every path the spec names must resolve inside; such a check neither reads nor writes
+    the cache (its key would read the spec before the spec's path is checked, and an entry's
+    dependencies are files, not the symlinks that led to them)."""
+    if confine is not None:
+        return check_source(None, path, confine, importance)
     with open(path, "rb") as fh:
         data = fh.read()
+    return _cached(path, data, use_cache, importance, None)
+
+
+def check_contract(contract: Contract, use_cache: bool = True, importance: str | None = None) -> CheckResult:
+    """``run_check`` of a contract a command already parsed and resolved (``contract.load_contract``):
+    the same cache, keyed by the text the contract was parsed from; a miss computes the report from
+    the contract, with no second parse or resolution."""
+    return _cached(contract.path, contract.source.encode("utf-8"), use_cache, importance, contract)
+
+
+def _cached(path: str, data: bytes, use_cache: bool, importance: str | None, contract) -> CheckResult:
     if importance is not None:
         importance = os.path.abspath(importance)
         if not os.path.isfile(importance):
@@ -81,9 +104,10 @@ def run_check(path: str, use_cache: bool = True, importance: str | None = None) 
     paused = gc.isenabled()
     gc.disable()
     try:
-        from autocompress.checker import compute  # a hit above needs none of the stages (lark, numpy, cvxpy)
+        from autocompress.checker import compute, compute_contract  # a hit above needs none of the stages
 
-        report, warnings, deps = compute(path, importance)
+        report, warnings, deps = (compute(path, importance) if contract is None
+                                  else compute_contract(contract, importance))
     finally:
         if paused:
             gc.freeze()

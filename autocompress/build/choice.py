@@ -16,18 +16,21 @@ from autocompress.build.prepare import Prepared
 from autocompress.build.settings import BuildSettings
 from autocompress.build.shortlist import short_distill_choice, validation_rows
 from autocompress.build.stages import run_stage, stage_key
-from autocompress.ir import arch_from_dict
+from autocompress.ir import Architecture
 from autocompress.search.config import search_key_parts
-from autocompress.search.strategy import choose_architecture
+from autocompress.search.context import SearchOutcome
+from autocompress.search.strategy import SearchInputs, choose_architecture, search_context
 
 
-def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
-    """The search stage of one strategy: (how it was chosen, as JSON; the architecture)."""
+def search(p: Prepared, strat: BuildSettings) -> SearchOutcome:
+    """The search stage of one strategy: its outcome (the architecture, how it was chosen, its
+    finalists), read back from the stage's ``architecture.json``."""
     def search_stage(tmp: Path, partial: Path) -> dict:
-        chosen = choose_architecture(p.spec, p.parent.architecture, p.derived, p.importance.path / "importance.json",
-                                     p.permuted, p.cfg, p.teacher, p.data.train, strat, p.progress, p.family,
-                                     ckpt_dir=partial)  # router v2's checkpoints: a killed search resumes
-        (tmp / "architecture.json").write_text(json.dumps(chosen, indent=2))
+        # router v2 checkpoints in the stage's partial folder: a killed search resumes
+        inputs = SearchInputs(p.spec, p.parent.architecture, p.derived, p.importance.path / "importance.json", strat,
+                              p.progress, ckpt_dir=partial)
+        chosen = choose_architecture(search_context(inputs, p.family, p.permuted, p.cfg, p.teacher, p.data.train))
+        (tmp / "architecture.json").write_text(json.dumps(chosen.to_json(), indent=2))
         return {"strategy": strat.strategy}
 
     key = stage_key("search", p.family.code["search"], p.spec_key, p.importance.key, p.teacher_key,
@@ -35,8 +38,7 @@ def search(p: Prepared, strat: BuildSettings) -> tuple[dict, object]:
     tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
     st = p.timed(f"search{tag}", lambda: run_stage(p.work, f"search-{strat.strategy}", key, search_stage,
                                                    p.progress.log, collective=True))
-    chosen = json.loads((st.path / "architecture.json").read_text())
-    return chosen, arch_from_dict(chosen["architecture"], p.parent.architecture)
+    return SearchOutcome.from_json(json.loads((st.path / "architecture.json").read_text()), p.parent.architecture)
 
 
 def student_maker(p: Prepared):
@@ -48,8 +50,8 @@ def student_maker(p: Prepared):
     return make
 
 
-def distil_round(p: Prepared, strat: BuildSettings, finalists: list[dict], archs: list, picked: list[int], steps: int,
-                 name: str) -> dict:
+def distil_round(p: Prepared, strat: BuildSettings, finalists: list[dict], archs: list[Architecture],
+                 picked: list[int], steps: int, name: str) -> dict:
     """One round of short distillations (``shortlist.short_distill_choice``) of the finalists
     ``picked`` for ``steps`` steps each, as a cached stage: the shortlist's first round (``name``
     "shortlist") or a runoff ("runoff").
@@ -76,14 +78,16 @@ def distil_round(p: Prepared, strat: BuildSettings, finalists: list[dict], archs
     return res
 
 
-def shortlist(p: Prepared, strat: BuildSettings, chosen: dict, arch) -> tuple[dict, object]:
+def shortlist(p: Prepared, strat: BuildSettings, outcome: SearchOutcome) -> tuple[dict, Architecture]:
     """The final choice by a short distillation of the search's finalists (``build.shortlist``),
     then a runoff of a near-tie (``build.runoff``), the same for every strategy: (how it was
-    chosen, with the shortlist's table; the architecture). One finalist: the search's choice."""
-    finalists = chosen.get("finalists") or []
-    if strat.finalists <= 1 or len(finalists) <= 1:
-        return chosen, arch
-    archs = [arch_from_dict(f["architecture"], p.parent.architecture) for f in finalists]
+    chosen, as the report's JSON with the shortlist's table; the architecture). One finalist: the
+    search's choice."""
+    chosen = outcome.to_json()
+    if strat.finalists <= 1 or len(outcome.finalists) <= 1:
+        return chosen, outcome.arch
+    finalists = chosen["finalists"]
+    archs = [f.record.arch for f in outcome.finalists]
     res = distil_round(p, strat, finalists, archs, list(range(len(finalists))), strat.finalist_steps, "shortlist")
     picked = runoff.entrants(res, strat.runoff_margin)
     if picked:

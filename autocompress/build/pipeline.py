@@ -33,15 +33,14 @@ from autocompress.build.output import plan_output
 from autocompress.build.prepare import Prepared, parent_folder, prepare
 from autocompress.build.settings import BuildSettings
 from autocompress.build.stages import StageResult, crash_point, run_stage, stage_key
+from autocompress.contract import Contract, as_contract
 from autocompress.diagnostics import EXIT_OK, BuildError
 from autocompress.evaluate.benchmarks.command import build_accuracy
 from autocompress.evaluate.benchmarks.stage import model_digest
 from autocompress.evaluate.heldout import compared, evaluate_parent, evaluate_student, humaneval_key
 from autocompress.families.registry import require_buildable
 from autocompress.feasibility.exact import evaluate
-from autocompress.ir import arch_to_dict
-from autocompress.lang.api import load_spec, read_spec_file
-from autocompress.parents.resolve import resolve_parent
+from autocompress.ir import Architecture, arch_to_dict
 from autocompress.progress import Progress, as_progress
 from autocompress.report.build import write_build_report
 from autocompress.report.feasibility import arch_report, evaluation_dict
@@ -56,19 +55,19 @@ class BuildResult:
     stages: tuple[StageResult, ...]
 
 
-def plan_outputs(spec_path: str, baseline: str | None = None, force: bool = False) -> tuple[Path, Path | None]:
+def plan_outputs(contract: Contract, baseline: str | None = None, force: bool = False) -> tuple[Path, Path | None]:
     """The output folders a build may write (``output.plan_output``; a ``SpecError`` at the
     ``output`` line otherwise): the spec's, and ``<output>-<baseline>``."""
-    spec = load_spec(spec_path)
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(spec_path)), spec.output or f"out/{Path(spec_path).stem}")
-    source = read_spec_file(spec_path)
-    out = plan_output(spec, spec_path, out_dir, force, source).folder
-    return out, plan_output(spec, spec_path, f"{out}-{baseline}", force, source).folder if baseline else None
+    spec, path, source = contract.spec, contract.path, contract.source
+    out_dir = os.path.join(contract.base, spec.output or f"out/{Path(path).stem}")
+    out = plan_output(spec, path, out_dir, force, source).folder
+    return out, plan_output(spec, path, f"{out}-{baseline}", force, source).folder if baseline else None
 
 
-def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | None = None,
+def run_build(contract: Contract | str, work_dir: str | None = None, progress: Progress | None = None,
               baseline: str | None = None, force: bool = False, no_calibrate: bool = False) -> BuildResult:
-    """Run every stage of ``acc build`` for ``spec_path`` (see the module docstring).
+    """Run every stage of ``acc build`` for ``contract`` (see the module docstring): the command's,
+    parsed and resolved once at its edge (``contract.load_contract``), or a spec file's path.
 
     ``baseline="uniform"``: also build the Minitron-style uniform model at the same budget (same
     importance, teacher outputs, bounds and distillation budget) into ``<output>-uniform`` and put
@@ -78,13 +77,14 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
     first, when it has no profile yet."""
     progress = as_progress(progress)
     t_start = time.perf_counter()
-    spec = load_spec(spec_path)
-    base = os.path.dirname(os.path.abspath(spec_path))
-    out, b_out = plan_outputs(spec_path, baseline, force)  # before any work
-    _require_family(spec, spec_path, base, read_spec_file(spec_path))  # before any work: exit 2 at the model line
+    contract = as_contract(contract)
+    spec, spec_path, base = contract.spec, contract.path, contract.base
+    out, b_out = plan_outputs(contract, baseline, force)  # before any work
+    # before any work: exit 2 at the model line
+    require_buildable(spec, contract.parent.architecture.family, spec_path, contract.source)
     work = Path(work_dir) if work_dir else out.parent / f".{out.name}.acc"
-    _preflight(spec, base, work, progress, force, no_calibrate)
-    p = prepare(spec_path, work, progress)
+    _preflight(contract, work, progress, force, no_calibrate)
+    p = prepare(contract, work, progress)
 
     def parent_quality_stage(tmp: Path, partial: Path) -> dict:
         q = evaluate_parent(p.params, p.cfg, p.data.heldout, p.folder, p.settings, p.family.forward, progress)
@@ -99,16 +99,15 @@ def run_build(spec_path: str, work_dir: str | None = None, progress: Progress | 
 
     def make(strat: BuildSettings, target: Path) -> tuple[dict, object, dict, dict]:
         tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
-        chosen, arch = shortlist(p, strat, *search(p, strat))
+        chosen, arch = shortlist(p, strat, search(p, strat))
         # distillation is keyed by what it reads (the architecture, the permuted weights, the
         # teacher outputs), not by the search that chose it: when autocompress's measured choice is
         # the uniform grid's point, both strategies share one distillation
         dkey = stage_key("student", (), p.importance.key, p.teacher_key, json.dumps(arch_to_dict(arch), sort_keys=True))
-        st, extras = p.timed(f"distill{tag}", lambda: _distill(p.family, arch, p.permuted, p.cfg, p.teacher,
-                                                               p.data.train, strat, p.work, dkey, progress))
+        st, extras = p.timed(f"distill{tag}", lambda: _distill(p, arch, strat, dkey))
         p.stages.append(st)
-        fmt = p.timed(f"export{tag}", lambda: dist.main_only(lambda: _export(
-            p.family, arch, st.path, extras, p.folder, target, spec_path, strat.strategy, progress.log)))
+        fmt = p.timed(f"export{tag}", lambda: dist.main_only(lambda: _export(p, arch, st.path, extras, target,
+                                                                             strat.strategy)))
         quality = p.timed(f"evaluate{tag}", lambda: _evaluate(p, parent_quality, target, strat))
         # the eight benchmarks, cached stages: every rank enters the stage (run_stage's collectives);
         # rank 0 alone scores, the others wait
@@ -151,17 +150,17 @@ def _evaluate(p: Prepared, parent_quality: dict, target: Path, strat: BuildSetti
     return compared(parent_quality, json.loads((st.path / "quality.json").read_text()))
 
 
-def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate: bool) -> None:
+def _preflight(contract: Contract, work: Path, progress: Progress, force: bool, no_calibrate: bool) -> None:
     """Host CPU: this machine's profile first, then the parent against the contract (``preflight``)."""
+    spec, parent = contract.spec, contract.parent
     if not preflight.applies(spec):
         return
 
     def on_main() -> bool:  # calibration and engine runs: one process, the others wait for its answer
-        parent = resolve_parent(spec.parent, base)
-        preflight.calibrate_if_needed(spec, base, no_calibrate, progress, parent.architecture)
+        preflight.calibrate_if_needed(spec, contract.base, no_calibrate, progress, parent.architecture)
         if not parent.has_weights:
             return False  # prepare() says why a bare config cannot be built
-        folder = parent_folder(spec, parent, progress)
+        folder = parent_folder(contract, progress)
         check = preflight.measure_parent(spec, parent.architecture, folder, work, progress)
         for line in check.lines():
             progress.log(line)
@@ -171,15 +170,12 @@ def _preflight(spec, base: str, work: Path, progress, force: bool, no_calibrate:
                          "to compress (--force compresses anyway)", EXIT_OK)
 
 
-def _require_family(spec, spec_path: str, base: str, source: str) -> None:
-    parent = resolve_parent(spec.parent, base, spec_path=spec_path, source=source)
-    require_buildable(spec, parent.architecture.family, spec_path, source)
-
-
-def _distill(family, arch, permuted, cfg, teacher, train_rows, settings, work: Path, upstream_key: str, progress):
+def _distill(p: Prepared, arch: Architecture, settings: BuildSettings, upstream_key: str) -> tuple[StageResult, dict]:
     """The distill stage: the student extracted from the parent's permuted weights (by its family,
-    ``families.base``), distilled (checkpoints in the stage's ``.partial`` folder: a killed build
-    resumes from the last one)."""
+    ``families.base``), distilled with ``settings`` (checkpoints in the stage's ``.partial``
+    folder: a killed build resumes from the last one)."""
+    family, teacher, train_rows, progress = p.family, p.teacher, p.data.train, p.progress
+    permuted, cfg, work = p.permuted, p.cfg, p.work
     state, extras = family.extract(permuted, cfg, arch)
     dcfg = DistillConfig(steps=settings.distill_steps, batch=settings.batch, lr=settings.lr, seed=settings.seed,
                          ckpt_every=max(1, min(20, settings.distill_steps // 3)))
@@ -227,12 +223,12 @@ def _recipe():
     return single
 
 
-def _export(family, arch, stage: Path, extras: dict, tokenizer_dir, out: Path, spec_path, strategy: str, log) -> str:
+def _export(p: Prepared, arch: Architecture, stage: Path, extras: dict, out: Path, strategy: str) -> str:
     """Write the distilled student to ``out`` in its family's format (validated by
     ``output.plan_output`` at the start: absent, empty, or an earlier autocompress output it may
-    replace). Returns the format."""
+    replace), with the parent's tokenizer. Returns the format."""
     trained = load_file(str(stage / "student.safetensors"))
-    fmt = family.export(out, arch, trained, tokenizer_dir, extras, overwrite=True, spec_path=spec_path,
-                        strategy=strategy)
-    log(f"[export] {out} ({fmt})")
+    fmt = p.family.export(out, arch, trained, p.folder, extras, overwrite=True, spec_path=p.contract.path,
+                          strategy=strategy)
+    p.progress.log(f"[export] {out} ({fmt})")
     return fmt

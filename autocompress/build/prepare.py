@@ -8,7 +8,6 @@ the others read them; importance and teacher outputs are split over the ranks.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,21 +18,24 @@ from safetensors.torch import load_file, save_file
 from autocompress.build import dist
 from autocompress.build.settings import BuildSettings, derive_build
 from autocompress.build.stages import StageResult, run_stage, stage_key
-from autocompress.check import run_check
-from autocompress.data.stage import prepare_data
-from autocompress.data.teacher import cache_teacher
+from autocompress.check import CheckResult, check_contract
+from autocompress.contract import Contract, as_contract
+from autocompress.data.stage import BuildData, prepare_data
+from autocompress.data.teacher import TeacherCache, cache_teacher
 from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_NOT_FOUND, BuildError
 from autocompress.export.gguf_convert import weights_folder
-from autocompress.families.base import family_of
-from autocompress.lang.api import load_spec
-from autocompress.parents.resolve import resolve_parent
-from autocompress.plan.derive import derive
+from autocompress.families.base import BuildFamily, family_of
+from autocompress.lang.model import Spec
+from autocompress.nn.hybrid import HybridConfig
+from autocompress.parents.resolve import ParentInfo
+from autocompress.plan.derive import Derived, derive
 from autocompress.progress import Progress, as_progress
 
 
-def parent_folder(spec, parent, progress=None) -> Path:
+def parent_folder(contract: Contract, progress: Progress | None = None) -> Path:
     """The parent's safetensors folder: its own, or its GGUF's conversion (``BuildError`` for a
     bare config.json, which has no weights)."""
+    spec, parent = contract.spec, contract.parent
     if not parent.has_weights:
         raise BuildError(f"{spec.parent.value}: a bare config.json has no weights; `acc build` needs a Hugging Face "
                          "folder, a .gguf file or a built-in alias (use `acc check` for feasibility only)")
@@ -52,32 +54,39 @@ def check_verdict(check) -> None:
 
 @dataclass
 class Prepared:
-    """What every strategy of one build shares: the contract, the parent, the data, the importance
-    and the teacher outputs (``prepare``). Benchmarks reuse it to run the search alone."""
+    """What every strategy of one build shares, computed once (``prepare``): the contract as parsed
+    and resolved (``contract``), the settings derived from it, and the shared stages' outputs (the
+    parent's weights, the data, the importance and permuted weights, the teacher outputs) with the
+    keys that later stages chain from. Benchmarks reuse it to run the search alone."""
 
-    spec: object
-    spec_path: str
-    base: str
-    parent: object  # parents.resolve.ParentInfo
-    derived: object  # plan.derive.Derived
+    contract: Contract
+    derived: Derived
     settings: BuildSettings
+    check: CheckResult
+    family: BuildFamily  # every family-specific call goes through it
     folder: Path  # the parent's safetensors folder (and tokenizer)
-    params: dict
-    cfg: object  # the family's config (nn.hybrid.HybridConfig)
-    data: object  # data.BuildData
+    params: dict[str, torch.Tensor]  # the parent's weights
+    cfg: HybridConfig  # the family's config of them
+    data: BuildData
     importance: StageResult
-    permuted: dict
-    teacher: object  # teacher.TeacherCache
-    held_teacher: dict
+    permuted: dict[str, torch.Tensor]  # the parent's weights, permuted by importance
+    teacher: TeacherCache  # top-k teacher outputs of the training rows
+    held_teacher: dict[str, TeacherCache]  # of each kind of held-out rows
     teacher_key: str
     spec_key: str
     data_key: str
     work: Path
     progress: Progress
-    check: object
-    timings: dict = field(default_factory=dict)
-    stages: list = field(default_factory=list)
-    family: object = None  # families.base.BuildFamily: every family-specific call goes through it
+    timings: dict[str, float] = field(default_factory=dict)
+    stages: list[StageResult] = field(default_factory=list)
+
+    @property
+    def spec(self) -> Spec:
+        return self.contract.spec
+
+    @property
+    def parent(self) -> ParentInfo:
+        return self.contract.parent
 
     def timed(self, name: str, fn):
         t = time.perf_counter()
@@ -88,18 +97,18 @@ class Prepared:
         return r
 
 
-def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Prepared:
-    """The shared stages: check, parent, data, importance (+ permutation), teacher outputs."""
+def prepare(contract: Contract | str, work: Path, progress: Progress | None = None) -> Prepared:
+    """The shared stages: check, parent, data, importance (+ permutation), teacher outputs.
+    ``contract``: the command's (``contract.load_contract``), or a spec file's path."""
     progress = as_progress(progress)
     log = progress.log
-    spec = load_spec(spec_path)
-    base = os.path.dirname(os.path.abspath(spec_path))
+    contract = as_contract(contract)
+    spec, base, parent = contract.spec, contract.base, contract.parent
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    check = dist.main_first(lambda: run_check(spec_path))  # feasible before any weight is loaded
+    check = dist.main_first(lambda: check_contract(contract))  # feasible before any weight is loaded
     timings["check"] = time.perf_counter() - t
     check_verdict(check)
-    parent = resolve_parent(spec.parent, base)
     derived = derive(spec, parent.architecture, base)
     settings = derive_build(spec)
     if settings.batch < dist.world():
@@ -111,7 +120,7 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
 
     t = time.perf_counter()
     family = family_of(parent.architecture.family)  # the per-family seam (``families.base``)
-    folder = dist.main_first(lambda: parent_folder(spec, parent, progress))
+    folder = dist.main_first(lambda: parent_folder(contract, progress))
     try:
         params, cfg = family.load(folder)
     except NotImplementedError as e:  # a config feature the family's forward lacks (RoPE scaling, biases...)
@@ -128,7 +137,7 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
     # the folder every stage reads is the parent's, or its GGUF's conversion: the converter's code
     # keys it too (the family's loader keys the stages that run it, ``families.base``)
     data_key = stage_key("data", ("autocompress.export.gguf_convert",), parent.content_hash, data.key)
-    spec_key = stage_key("spec", (), Path(spec_path).read_bytes(),
+    spec_key = stage_key("spec", (), contract.source.encode("utf-8"),
                          Path(derived.profile.path).read_bytes() if derived.profile.path else b"")
 
     def importance_stage(tmp: Path, partial: Path) -> dict:
@@ -161,5 +170,5 @@ def prepare(spec_path: str, work: Path, progress: Progress | None = None) -> Pre
                              k=settings.topk, batch=settings.batch, cache_dir=work / f"held-{k}-{tkey}")
             for k, v in data.heldout.items()}
     timings["teacher"] = time.perf_counter() - t
-    return Prepared(spec, spec_path, base, parent, derived, settings, folder, params, cfg, data, imp, permuted,
-                    teacher, held, tkey, spec_key, data_key, work, progress, check, timings, [imp], family)
+    return Prepared(contract, derived, settings, check, family, folder, params, cfg, data, imp, permuted, teacher,
+                    held, tkey, spec_key, data_key, work, progress, timings, [imp])

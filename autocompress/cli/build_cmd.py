@@ -16,8 +16,8 @@ from autocompress.build import dist, pipeline
 from autocompress.catalog.hardware import resolve_device
 from autocompress.cli import launch, verify_cmd
 from autocompress.cli.terminal import build_progress, console, print_stage_times
+from autocompress.contract import Contract, load_contract
 from autocompress.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_PEER, BuildError
-from autocompress.lang.api import load_spec
 from autocompress.measure import presence
 from autocompress.progress import Progress
 
@@ -30,8 +30,9 @@ def run(args) -> int:
         code = launch.launch_build(args)
         if code != EXIT_OK or args.no_verify:
             return code
-        return verify_build(args, pipeline.plan_outputs(args.spec, args.baseline, args.force)[0],
-                            console(stderr=True))
+        contract = load_contract(args.spec)
+        return verify_build(args, pipeline.plan_outputs(contract, args.baseline, args.force)[0],
+                            console(stderr=True), contract)
     if not dist.launched():
         return build(args)
     dist.init()
@@ -56,12 +57,14 @@ def peer_lost(err: Exception) -> bool:
 
 
 def build(args) -> int:
-    """One process's build (rank 0 speaks for it under a launcher), then its verification."""
+    """One process's build (rank 0 speaks for it under a launcher), then its verification. The
+    spec is parsed and its parent resolved here, once (``contract``): every stage reads that."""
+    contract = load_contract(args.spec)  # a SpecError here is the CLI's exit 2, before any work
     out = console(stderr=True)
     # under a launcher rank 0 speaks for the build; the others report nothing but their own errors
     progress = build_progress(out, quiet=args.quiet) if dist.is_main() else Progress()
     try:
-        result = pipeline.run_build(args.spec, args.work, progress=progress, baseline=args.baseline,
+        result = pipeline.run_build(contract, args.work, progress=progress, baseline=args.baseline,
                                     force=args.force, no_calibrate=args.no_calibrate)
     except BuildError as err:
         if dist.is_main():
@@ -76,12 +79,14 @@ def build(args) -> int:
     sys.stdout.write(f"built {result.output}\n")
     if args.no_verify:
         return EXIT_OK
-    return verify_build(args, result.output, out)
+    return verify_build(args, result.output, out, contract)
 
 
-def verify_build(args, output, console) -> int:
-    """``acc verify`` after a build when the target is this machine and its engine is installed."""
-    spec = load_spec(args.spec)
+def verify_build(args, output, console, contract: Contract | None = None) -> int:
+    """``acc verify`` after a build when the target is this machine and its engine is installed.
+    ``contract``: the build's (else the spec file is read)."""
+    contract = contract or load_contract(args.spec)
+    spec = contract.spec
     here, where = presence.hardware_present(resolve_device(spec.target.hardware))
     eng, why = presence.engine_available(spec.target.engine)
     if not (here and eng):
@@ -89,6 +94,6 @@ def verify_build(args, output, console) -> int:
                          f"`acc verify {output} {args.spec}` writes the predicted report\n")
         return EXIT_OK
     # an A/B needs two passes: one pass of the same two models read 0.929 and 1.036 on memory
-    # (bench/results/cpu-vllm-readme), too coarse for the 5% the comparison is judged at
+    # (docs/measurement.md), too coarse for the 5% the comparison is judged at
     passes = 2 if getattr(args, "baseline", None) else 1
-    return verify_cmd.verify(str(output), args.spec, None, None, console, passes=passes, quiet=args.quiet)
+    return verify_cmd.verify(str(output), contract, None, None, console, passes=passes, quiet=args.quiet)

@@ -20,6 +20,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from autocompress import check
 from autocompress.build.pipeline import plan_outputs
 from autocompress.build.prepare import check_verdict
+from autocompress.contract import load_contract
 from autocompress.diagnostics import EXIT_INFEASIBLE, EXIT_INVALID, EXIT_NOT_FOUND, BuildError
 
 
@@ -50,9 +51,10 @@ def exit_code(failures: dict[int, int], first: int) -> int:
 
 def launch_build(args) -> int:
     """Pre-check the spec, its output folders and the verdict, then run ``args.nproc`` workers."""
-    plan_outputs(args.spec, args.baseline, args.force)  # SpecError at the output line: exit 2
+    contract = load_contract(args.spec)  # parsed and resolved once for both pre-checks
+    plan_outputs(contract, args.baseline, args.force)  # SpecError at the output line: exit 2
     try:
-        check_verdict(check.run_check(args.spec))  # cached: the workers read the same answer
+        check_verdict(check.check_contract(contract))  # cached: the workers read the same answer
     except BuildError as err:
         sys.stderr.write(f"{args.spec}: {err}\n")
         return err.exit_code

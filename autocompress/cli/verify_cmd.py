@@ -7,6 +7,7 @@ import os
 import sys
 
 from autocompress.cli.terminal import build_progress, console
+from autocompress.contract import Contract
 from autocompress.diagnostics import EXIT_INVALID
 from autocompress.measure.verify import VerifyError, run_verify
 
@@ -16,8 +17,9 @@ def run(args) -> int:
                   args.pairings)
 
 
-def verify(out: str, spec: str, threads, requests, console, passes: int = 1, quiet: bool = False,
+def verify(out: str, spec: str | Contract, threads, requests, console, passes: int = 1, quiet: bool = False,
            pairings: int = 0) -> int:
+    """``spec``: a spec file's path, or the contract ``acc build`` already parsed and resolved."""
     progress = build_progress(console, quiet=quiet)
     try:
         res = run_verify(out, spec, threads=threads, requests=requests, passes=passes, progress=progress,

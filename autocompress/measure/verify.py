@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autocompress.cache import atomic_write_text
+from autocompress.contract import Contract, as_contract
 from autocompress.export import gguf_convert
 from autocompress.export.card import update_measured
 from autocompress.families.registry import engine_gap
 from autocompress.feasibility.exact import evaluate
-from autocompress.lang.api import load_spec
 from autocompress.lang.model import ParentRef
 from autocompress.measure import interleave, presence, verify_paired
 from autocompress.measure.engines.base import derive_limits
@@ -41,12 +41,10 @@ from autocompress.measure.paired import PairedResult
 from autocompress.measure.runner import workload_dict
 from autocompress.measure.worker import MEMORY_SOURCES, peak_memory
 from autocompress.parents.resolve import resolve_parent
+from autocompress.plan.budget import SAMPLE_FIELD
 from autocompress.plan.derive import derive
 from autocompress.progress import as_progress
 from autocompress.report.verify import render_verify_markdown
-
-METRIC_SAMPLE = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "throughput": "throughput_tok_s"}
-
 
 class VerifyError(Exception):
     """Verification cannot start (no exported model, spec mismatch): exit code 2."""
@@ -69,12 +67,12 @@ def _value(metric: str, percentile, inter, name: str, workload: str | None) -> f
     if metric == "memory":
         return float(inter.peak_memory[name])
     if percentile is None or metric == "throughput":
-        return inter.absolute[name][workload][METRIC_SAMPLE[metric]]
+        return inter.absolute[name][workload][SAMPLE_FIELD[metric]]
     s = _samples(inter.results_of(name), workload)
     if metric == "tpot":
         vals = [(x["e2e_s"] - x["ttft_s"]) / (x["output_tokens"] - 1) for x in s if x["output_tokens"] > 1]
     else:
-        vals = [x[METRIC_SAMPLE[metric]] for x in s]
+        vals = [x[SAMPLE_FIELD[metric]] for x in s]
     return pct(vals, percentile)
 
 
@@ -86,10 +84,10 @@ def _holds(op: str, bound: float, value: float) -> bool:
     return value <= bound if op == "<=" else value >= bound
 
 
-def _models(out: Path, spec, base: str, log) -> dict[str, Path]:
-    """model, parent (the reference) and the uniform baseline when the build made one."""
+def _models(out: Path, spec, base: str, log, parent) -> dict[str, Path]:
+    """model, parent (the reference: ``parent``, the spec's resolved) and the uniform baseline when
+    the build made one."""
     models = {"model": out}
-    parent = resolve_parent(spec.parent, base)
     if parent.has_weights:
         models["parent"] = gguf_convert.weights_folder(spec.parent.value, parent)
     report = out / "autocompress-report.json"
@@ -99,7 +97,7 @@ def _models(out: Path, spec, base: str, log) -> dict[str, Path]:
     return models
 
 
-def run_verify(out_dir: str, spec_path: str, threads: int | None = None, requests: int | None = None,
+def run_verify(out_dir: str, spec_path: str | Contract, threads: int | None = None, requests: int | None = None,
                log=print, measure: bool = True, passes: int = 1, progress=None, pairings: int = 0) -> VerifyResult:
     """``progress`` (an ``autocompress.progress.Progress``; else ``log`` gets the log lines): the engine
     runs, and per run the engine start and each workload's requests, with rate and ETA. ``pairings``
@@ -110,12 +108,12 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     out = Path(out_dir)
     if not (out / "config.json").is_file():
         raise VerifyError(f"{out}: no exported model here (config.json missing); run `acc build` first")
-    spec = load_spec(spec_path)
-    base = os.path.dirname(os.path.abspath(spec_path))
+    contract = as_contract(spec_path)  # the command's, parsed and resolved once, or a spec file's path
+    spec, spec_path, base = contract.spec, contract.path, contract.base
     archs = {"model": resolve_parent(ParentRef("hf_dir", str(out.resolve())), base).architecture}
     # the profile is looked up by the spec's parent (a host-CPU profile belongs to the parent it was
     # calibrated on, cost.machine.parent_tag), as the build looked it up, not by the student's shape
-    derived = derive(spec, resolve_parent(spec.parent, base).architecture, base)
+    derived = derive(spec, contract.parent.architecture, base)
     prof = derived.profile
     present, where = presence.hardware_present(derived.device)
     eng_ok, eng_why = presence.engine_available(spec.target.engine)
@@ -127,7 +125,7 @@ def run_verify(out_dir: str, spec_path: str, threads: int | None = None, request
     if present and eng_ok and gap:
         eng_ok, env_note = False, f"not measured: {gap}"
     if measure and present and eng_ok:
-        models = _models(out, spec, base, log)
+        models = _models(out, spec, base, log, contract.parent)
         for name, folder in models.items():
             archs.setdefault(name, resolve_parent(ParentRef("hf_dir", str(Path(folder).resolve())), base).architecture)
         limits = {n: derive_limits(a, spec.target, spec.workloads, threads=threads) for n, a in archs.items()}
@@ -177,7 +175,7 @@ def _index(inter, predicted, workload: str, metric: str) -> float | None:
     if inter is None or inter.reference not in predicted or metric == "memory":
         return None
     pred = next(c for c in predicted[inter.reference].checks if c.workload == workload and c.metric == metric)
-    return inter.absolute[inter.reference][workload][METRIC_SAMPLE[metric]] / pred.predicted
+    return inter.absolute[inter.reference][workload][SAMPLE_FIELD[metric]] / pred.predicted
 
 
 def per_pass(inter, name: str, metric: str, workload: str | None) -> list[float]:
@@ -192,7 +190,7 @@ def per_pass(inter, name: str, metric: str, workload: str | None) -> list[float]
         res = inter.run_results[i]
         if metric == "memory":
             return float(peak_memory(res))
-        return statistics.fmean(m[METRIC_SAMPLE[metric]] for m in res["measurements"] if m["workload"] == workload)
+        return statistics.fmean(m[SAMPLE_FIELD[metric]] for m in res["measurements"] if m["workload"] == workload)
 
     def to_ref(t) -> float:
         g, b, a = t
@@ -225,7 +223,7 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
                 corrected = value / idx
                 row.update(host_index=idx, corrected=corrected, pass_corrected=_holds(c.op, c.bound, corrected))
             if inter.reference != "model" and c.metric != "memory":
-                key = METRIC_SAMPLE[c.metric]
+                key = SAMPLE_FIELD[c.metric]
                 pref = next(x for x in predicted[inter.reference].checks if x.name == c.name)
                 row.update(ratio_measured=inter.ratio["model"][c.workload][key],
                            ratio_predicted=c.predicted / pref.predicted)
@@ -241,7 +239,7 @@ def _report(spec, spec_path, out: Path, derived, predicted: dict, inter, env_not
                                      "model_over_this": per_pass(inter, n, c.metric, c.workload)}
                                  for n, v in others.items()}
                 for n, o in row["others"].items():
-                    q = (verify_paired.quotient(pres, "model", n, c.workload, METRIC_SAMPLE[c.metric])
+                    q = (verify_paired.quotient(pres, "model", n, c.workload, SAMPLE_FIELD[c.metric])
                          if c.metric != "memory" else None)
                     if q:
                         o.update(model_over_this_paired=q[0], model_over_this_se=q[1])

@@ -11,8 +11,10 @@ from autocompress.cost.memory import gemm_shapes
 from autocompress.diagnostics import EXIT_NOT_FOUND, BuildError
 from autocompress.feasibility.exact import evaluate
 from autocompress.feasibility.rounding import repair_and_fill
-from autocompress.ir import MLP, arch_to_dict
-from autocompress.search.refine import choose
+from autocompress.feasibility.objective import Importance
+from autocompress.ir import MLP, Architecture
+from autocompress.search.context import ArchRecord, Finalist, SearchContext
+from autocompress.search.refine import Scored, choose
 
 
 class NoArchitecture(BuildError):
@@ -22,11 +24,7 @@ class NoArchitecture(BuildError):
         super().__init__(message, EXIT_NOT_FOUND)
 
 
-def arch_json(arch, importance: float) -> dict:
-    return {**arch_to_dict(arch), "importance_kept": float(f"{importance:.4g}")}
-
-
-def candidate_json(c, net, tp: int = 1) -> dict:
+def candidate_json(c: Scored, net, tp: int = 1) -> dict:
     """A measured candidate as the report lists it: sizes, distinct FFN widths and GEMM shapes
     (what a palette limits, ``search.palette``), and its KL."""
     arch = net.architecture(*c.state)
@@ -36,13 +34,14 @@ def candidate_json(c, net, tp: int = 1) -> dict:
             "shapes": gemm_shapes(arch, tp)}  # per GPU, as the profile charges them
 
 
-def final_choice(candidates, net, spec, derived, relaxes, feas, log, select_kl=None) -> tuple:
+def final_choice(ctx: SearchContext, candidates, net, relaxes, feas, select_kl=None) -> tuple:
     """(architecture, how, ranked): the candidate of least KL among those the exact cost model accepts,
     each over-bound one after a greedy repair and, given ``select_kl``, re-measured as repaired (a
     repaired candidate's KL before its repair says nothing about what is built: the free greedy's
     extra GEMM shapes are charged only here, and its repair can cost more than a palette's KL);
     else the cvxpy start. The exact model has the last word (``refine.choose``). ``ranked``: every
-    candidate that passed as ``(name, KL, architecture)``, least KL first (``finalists_json``)."""
+    candidate that passed as ``(name, KL, architecture)``, least KL first (``finalists``)."""
+    spec, derived, log = ctx.spec, ctx.derived, ctx.log
 
     def check(c):
         arch = net.architecture(*c.state)
@@ -71,11 +70,17 @@ def moved_layers(arch, feas) -> int:
     return sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
 
 
-def finalists_json(ranked, n: int, imp, parent_arch) -> list[dict]:
-    """The search's ``finalists``: its ``n`` best candidates that meet the contract, least KL before
-    distillation first, from ``(name, KL, architecture)``; the shortlist stage distils them briefly."""
-    return [{"name": name, "kl": None if kl is None else round(float(kl), 4),
-             "architecture": arch_json(arch, imp.score(arch, parent_arch))} for name, kl, arch in ranked[:n]]
+def finalists(ranked, ctx: SearchContext) -> tuple[Finalist, ...]:
+    """The search's ``finalists``: its ``settings.finalists`` best candidates that meet the contract,
+    least KL before distillation first, from ``(name, KL, architecture)``; the shortlist stage
+    distils them briefly."""
+    return tuple(Finalist(name, kl, record(arch, ctx.imp, ctx.parent_arch))
+                 for name, kl, arch in ranked[:ctx.settings.finalists])
 
 
-__all__ = ["NoArchitecture", "arch_json", "candidate_json", "final_choice", "finalists_json", "moved_layers"]
+def record(arch: Architecture, imp: Importance, parent_arch: Architecture) -> ArchRecord:
+    """``arch`` with the share of the parent's importance it keeps (globals included)."""
+    return ArchRecord.of(arch, imp.score(arch, parent_arch))
+
+
+__all__ = ["NoArchitecture", "candidate_json", "final_choice", "finalists", "moved_layers", "record"]

@@ -20,25 +20,27 @@ The tensor math lives in ``router_v2``, ``adapters``, ``supernet`` and ``teacher
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from autocompress.build import dist
 from autocompress.data.teacher import topk_kl
 from autocompress.search.config import search_configs
-from autocompress.search.final import arch_json, candidate_json, final_choice, finalists_json
+from autocompress.search.context import SearchContext, SearchOutcome
+from autocompress.search.final import candidate_json, final_choice, finalists, record
 from autocompress.search.measures import kl_measures
 from autocompress.search.refine import Scored, greedy, palette_candidates
 from autocompress.search.router_v2 import train_router_v2
 from autocompress.search.uniform import uniform_seed
 
 
-def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
-                  ckpt_dir=None) -> tuple[tuple, dict, dict]:
+def run_router_v2(ctx: SearchContext, net, tables, start, select_kl) -> tuple[tuple, dict, dict]:
     """(decode, the report's ``search`` record, the seed points it measured by name): router v2
     trained from the better-measured of the greedy's seed points as its prior. Shared by ``router``,
     ``router-refine`` and ``autocompress`` (whose greedy seeds from the same points: returned so
     the search looks them up once; their KLs stay in ``select_kl``'s memo)."""
-    log = progress.log
+    log, progress, settings, ckpt_dir = ctx.log, ctx.progress, ctx.settings, ctx.ckpt_dir
+    teacher, train_rows, feas = ctx.teacher, ctx.train_rows, ctx.swept.feasibility
     _, cfg = search_configs(settings)
     n, b, T = len(train_rows), settings.search_batch, settings.search_seq
 
@@ -74,25 +76,24 @@ def run_router_v2(net, tables, start, feas, teacher, train_rows, settings, selec
         + (f"; {res.decode_moves} changes brought its argmax within the cost tables" if res.decode_moves else "")
         + (f"; {res.decode_fills} changes spent the slack it left" if res.decode_fills else ""))
     first, last = (res.history[0], res.history[-1]) if res.history else (None, None)
-    record = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
+    entry = {"router": "v2", "steps": len(res.history), "seconds": round(res.seconds, 1),
               "tokens": len(res.history) * b * T, "prior": prior_name, "learn_hidden": cfg.learn_hidden,
               "moved_from_prior": moved, "decode_moves": res.decode_moves, "decode_fills": res.decode_fills,
               # prior_kl: the cvxpy point's, whichever point became the prior
               "prior_kl": round(point_kl["cvxpy point"], 4),
               "points_kl": {n: round(k, 4) for n, k in point_kl.items()},
               "forwards": len(points), "first": first, "last": last}
-    return decode, record, points
+    return decode, entry, points
 
 
-def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start, teacher, train_rows, settings,
-                     imp, parent_arch, progress, ckpt_dir=None) -> dict:
-    """The search stage's JSON for ``settings.strategy`` in (``router``, ``router-refine``)."""
-    log = progress.log
+def router_v2_choice(ctx: SearchContext, base: SearchOutcome, relaxes, tables, net, start) -> SearchOutcome:
+    """The outcome of ``settings.strategy`` in (``router``, ``router-refine``). ``base``: its shared
+    part (``strategy``); ``relaxes``, ``tables``, ``net``, ``start``: the supernet search's inputs."""
+    log, progress, settings = ctx.log, ctx.progress, ctx.settings
     refine_cfg, _ = search_configs(settings)
     b, T = settings.search_batch, settings.search_seq
-    search_kl, select_kl = kl_measures(net, teacher, train_rows, settings)
-    decode, record, _ = run_router_v2(net, tables, start, feas, teacher, train_rows, settings, select_kl, progress,
-                                   ckpt_dir)
+    search_kl, select_kl = kl_measures(net, ctx.teacher, ctx.train_rows, settings)
+    decode, router, _ = run_router_v2(ctx, net, tables, start, select_kl)
     seeds = {"router v2": decode}
     t_ref, evals = time.perf_counter(), 0
     # where the profile prices distinct GEMM shapes (vllm-cpu), the decode's many FFN widths cost
@@ -108,23 +109,19 @@ def router_v2_choice(out: dict, spec, derived, feas, relaxes, tables, net, start
     cands = [Scored(name, s, select_kl(s)) for name, s in seeds.items()]
     # the prior points were measured to pick the prior, and as references only: they are not
     # candidates of these strategies
-    evals += len(cands) + record["forwards"]
+    evals += len(cands) + router["forwards"]
     for c in cands:
         log(f"[refine] {c.name}: KL {c.kl:.3f} on the selection rows")
-    arch, how, ranked = final_choice(cands, net, spec, derived, relaxes, feas, log, select_kl)
+    arch, how, ranked = final_choice(ctx, cands, net, relaxes, ctx.swept.feasibility, select_kl)
     final = net.indices_of(arch)
     final_kl = select_kl(final)  # a candidate's, measured above; repaired by the exact model: measured now
     if all(c.state != final for c in cands):
         evals += 1
         log(f"[refine] the architecture after the exact model's repair: KL {final_kl:.3f}")
-    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
-    out["how"] = how
-    out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
-    out["search"] = {**record, "final_kl": round(final_kl, 4)}
-    out["refine"] = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1),
-                     "tokens": 4 * b * T, "candidates": [candidate_json(c, net, spec.target.tensor_parallel)
-                                                           for c in cands]}
-    return out
+    refined = {"forwards": evals, "seconds": round(time.perf_counter() - t_ref, 1), "tokens": 4 * b * T,
+               "candidates": [candidate_json(c, net, ctx.spec.target.tensor_parallel) for c in cands]}
+    return replace(base, chosen=record(arch, ctx.imp, ctx.parent_arch), how=how, finalists=finalists(ranked, ctx),
+                   search={**router, "final_kl": round(final_kl, 4)}, refine=refined)
 
 
 def _moved(a, b) -> int:

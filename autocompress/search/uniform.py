@@ -15,11 +15,13 @@ Apart from ``search.strategy`` so the per-layer search reads alone; the measures
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from autocompress.feasibility.metrics import Relaxation
 from autocompress.feasibility.variants import apply
 from autocompress.search.baseline import measure_frontier
-from autocompress.search.final import NoArchitecture, arch_json, finalists_json
+from autocompress.search.context import SearchContext, SearchOutcome
+from autocompress.search.final import NoArchitecture, finalists, record
 from autocompress.search.measures import kl_measures
 from autocompress.search.refine import RefineConfig, Scored
 
@@ -36,69 +38,72 @@ def uniform_seed(net, feas, log):
         return None
 
 
-def uniform_format_choice(out, swept, family, permuted, cfg, teacher, train_rows, settings, sp, imp, parent_arch, log) -> dict:
+def uniform_format_choice(ctx: SearchContext, base: SearchOutcome) -> SearchOutcome:
     """Formats with one size per axis (``SearchSpace.uniform``: Mixtral, Qwen-MoE): every layer has
     the same sizes, so there is no per-layer choice for a router to learn. The candidates are the
     best uniform point of each global variant (expert width) that the exact cost model accepted;
-    the parent's KL on held-apart training rows picks one, as ``refine`` does for the others."""
+    the parent's KL on held-apart training rows picks one, as ``refine`` does for the others.
+    ``base``: the outcome's shared part (start, uniform point, variants; ``strategy``)."""
     t0 = time.perf_counter()
+    swept, settings = ctx.swept, ctx.settings
     cands = []
     for v, f in swept.tried or ((swept.variant, swept.feasibility),):
         if f.start is None:
             continue
-        net = family.supernet(permuted, cfg, sp, apply(parent_arch, v))
-        _, select_kl = kl_measures(net, teacher, train_rows, settings)
+        net = ctx.family.supernet(ctx.permuted, ctx.cfg, ctx.derived.space, apply(ctx.parent_arch, v))
+        _, select_kl = kl_measures(net, ctx.teacher, ctx.train_rows, settings)
         arch = f.start.evaluation.arch
         kl = select_kl(net.indices_of(arch))
-        log(f"[search] uniform point ({v.label()}): hidden {arch.hidden_size}, {arch.params() / 1e6:.2f}M params, "
-            f"KL {kl:.3f}")
+        ctx.log(f"[search] uniform point ({v.label()}): hidden {arch.hidden_size}, {arch.params() / 1e6:.2f}M params, "
+                f"KL {kl:.3f}")
         cands.append((kl, v, arch))
     kl, v, arch = min(cands, key=lambda c: c[0])
-    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
-    out["finalists"] = finalists_json([(f"uniform ({c[1].label()})", c[0], c[2])
-                                       for c in sorted(cands, key=lambda c: c[0])], settings.finalists, imp,
-                                      parent_arch)
-    out["how"] = (f"measured choice among the uniform points of {len(cands)} global variants: {v.label()}, KL {kl:.3f} "
-                  "(one size per axis in this format: no per-layer search)")
-    out["refine"] = {"forwards": len(cands), "seconds": round(time.perf_counter() - t0, 1),
-                     "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
-                         {"name": f"uniform ({c[1].label()})", "kl": round(c[0], 4), "hidden": c[2].hidden_size,
-                          "attention": sum(1 for b in c[2].blocks if b.attention),
-                          "ffn": sum(1 for b in c[2].blocks if b.ffn)} for c in cands]}
-    log(f"[search] {out['how']}")
-    return out
+    how = (f"measured choice among the uniform points of {len(cands)} global variants: {v.label()}, KL {kl:.3f} "
+           "(one size per axis in this format: no per-layer search)")
+    refined = {"forwards": len(cands), "seconds": round(time.perf_counter() - t0, 1),
+               "tokens": 4 * settings.search_batch * settings.search_seq, "candidates": [
+                   {"name": f"uniform ({c[1].label()})", "kl": round(c[0], 4), "hidden": c[2].hidden_size,
+                    "attention": sum(1 for b in c[2].blocks if b.attention),
+                    "ffn": sum(1 for b in c[2].blocks if b.ffn)} for c in cands]}
+    ctx.log(f"[search] {how}")
+    return replace(base, chosen=record(arch, ctx.imp, ctx.parent_arch), how=how,
+                   finalists=finalists([(f"uniform ({c[1].label()})", c[0], c[2])
+                                        for c in sorted(cands, key=lambda c: c[0])], ctx), refine=refined)
 
 
-def measured_uniform_choice(out, spec, swept, derived, family, permuted, cfg, teacher, train_rows, settings, imp,
-                            parent_arch, progress) -> dict:
+def uniform_relaxations(ctx: SearchContext) -> dict:
+    """The relaxation of every hidden size of the grid at the chosen global sizes (the cost tables'
+    and the uniform frontier's input), with the measured importance of that variant."""
+    sp, variant, derived = ctx.derived.space, ctx.swept.parent, ctx.derived
+    vimp = ctx.imp.for_variant(ctx.parent_arch, variant)
+    return {d: Relaxation(variant, d, ctx.spec, derived.profile, derived.device, sp, vimp, derived.limits)
+            for d in sp.hidden_grid}
+
+
+def measured_uniform_choice(ctx: SearchContext, base: SearchOutcome) -> SearchOutcome:
     """Strategy uniform (the fair Minitron++ arm, ``search.baseline``): the grid's frontier
     candidates, all meeting the contract, chosen by the KL autocompress's final choice uses."""
-    sp, variant = derived.space, swept.parent
-    vimp = imp.for_variant(parent_arch, variant)
-    relaxes = {d: Relaxation(variant, d, spec, derived.profile, derived.device, sp, vimp, derived.limits)
-               for d in sp.hidden_grid}
-    net = family.supernet(permuted, cfg, sp, variant)
-    _, select_kl = kl_measures(net, teacher, train_rows, settings)
-    measured = _frontier(relaxes, derived, net, select_kl, settings, progress, "baseline: measure candidates")
+    relaxes = uniform_relaxations(ctx)
+    net = ctx.family.supernet(ctx.permuted, ctx.cfg, ctx.derived.space, ctx.swept.parent)
+    _, select_kl = kl_measures(net, ctx.teacher, ctx.train_rows, ctx.settings)
+    measured = _frontier(ctx, relaxes, net, select_kl, "baseline: measure candidates")
     if measured is None:
         raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model "
                              "and fits this parent's supernet; use `strategy autocompress`")
     arch, kl, entry, ranked = measured
-    out["architecture"] = arch_json(arch, imp.score(arch, parent_arch))
-    out["finalists"] = finalists_json(ranked, settings.finalists, imp, parent_arch)
-    out["how"] = (f"uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model; measured choice "
-                  f"among {entry['forwards']} frontier candidates: KL {kl:.3f}")
-    out["refine"] = entry
-    return out
+    how = (f"uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model; measured choice "
+           f"among {entry['forwards']} frontier candidates: KL {kl:.3f}")
+    return replace(base, chosen=record(arch, ctx.imp, ctx.parent_arch), how=how, finalists=finalists(ranked, ctx),
+                   refine=entry)
 
 
-def frontier_candidates(relaxes, derived, net, select_kl, settings, progress, have=()) -> tuple[list, dict | None]:
+def frontier_candidates(ctx: SearchContext, relaxes, net, select_kl, have=()) -> tuple[list, dict | None]:
     """The default's share of the uniform arm's information: the uniform grid's frontier measured
     as strategy uniform measures it (same candidates, rows, budget), as ``refine.Scored``
     candidates ranked beside the greedy's, and the record of that measurement (None: no frontier).
     A frontier point already among ``have`` (the greedy's candidates; the uniform grid seed is
     one) is not listed twice: the report keeps the greedy's name for it."""
-    measured = _frontier(relaxes, derived, net, select_kl, settings, progress, "search: uniform frontier")
+    measured = _frontier(ctx, relaxes, net, select_kl, "search: uniform frontier")
     if measured is None:
         return [], None
     _, _, entry, ranked = measured
@@ -110,9 +115,10 @@ def frontier_candidates(relaxes, derived, net, select_kl, settings, progress, ha
                  "listed": len(out)}
 
 
-def _frontier(relaxes, derived, net, select_kl, settings, progress, label):
+def _frontier(ctx: SearchContext, relaxes, net, select_kl, label):
     """``baseline.measure_frontier`` with the budget both callers must share: the greedy's
     refinement budget (``RefineConfig.max_evals`` search forwards of search batch x search tokens),
     so the uniform arm and the default's frontier candidates measure the same candidates."""
-    return measure_frontier(relaxes, derived, net.indices_of, select_kl, settings.search_batch * settings.search_seq,
-                            RefineConfig().max_evals, progress, label)
+    per_forward = ctx.settings.search_batch * ctx.settings.search_seq
+    return measure_frontier(relaxes, ctx.derived, net.indices_of, select_kl, per_forward, RefineConfig().max_evals,
+                            ctx.progress, label)

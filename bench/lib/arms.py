@@ -99,7 +99,7 @@ def search_row(spec: Path, work: Path, progress) -> dict:
 
     p = prepare(str(spec), work / "stages", progress)
     t0 = time.perf_counter()
-    chosen, arch = search(p, p.settings)
+    chosen = search(p, p.settings).to_json()
     return {"strategy": p.settings.strategy, "how": chosen.get("how"), "accuracy_mean": None, "ppl": {}, "kl": {},
             "search_s": round(time.perf_counter() - t0, 1), "capacity": capacity(chosen["architecture"]),
             "candidates": (chosen.get("refine") or {}).get("candidates"), "router": chosen.get("search"),

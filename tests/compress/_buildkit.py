@@ -61,6 +61,36 @@ def make_project(root: Path) -> Path:
     return spec
 
 
+def count_calls(monkeypatch, module: str, name: str) -> list:
+    """Count the calls of ``module.name`` made through any module of the package that bound it (its
+    own and every ``from module import name``); the returned list grows by one per call. Import
+    the modules of the path under test first: only modules already loaded are patched."""
+    import importlib
+
+    fn = getattr(importlib.import_module(module), name)
+    calls: list = []
+
+    def counted(*a, **k):
+        calls.append(a)
+        return fn(*a, **k)
+
+    for mod_name, mod in list(sys.modules.items()):
+        if mod_name.startswith("autocompress") and getattr(mod, name, None) is fn:
+            monkeypatch.setattr(mod, name, counted)
+    return calls
+
+
+def count_parses(monkeypatch) -> tuple[list, list]:
+    """(spec parses, parent resolutions) from now on: every parse of spec text goes through
+    ``lang.load.parse_spec_with_warnings``, every parent through ``parents.resolve.resolve_parent``."""
+    import autocompress.checker  # noqa: F401  (a check's miss imports it: loaded, so patched)
+    import autocompress.cli.build_cmd  # noqa: F401
+    import autocompress.measure.verify  # noqa: F401
+
+    return (count_calls(monkeypatch, "autocompress.lang.load", "parse_spec_with_warnings"),
+            count_calls(monkeypatch, "autocompress.parents.resolve", "resolve_parent"))
+
+
 def weights_hash(folder: Path) -> str:
     return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
 

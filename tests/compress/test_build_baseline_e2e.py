@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from _buildkit import make_project, shortlist_choice
+from _buildkit import count_parses, make_project, shortlist_choice
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +17,10 @@ def test_uniform_baseline_is_a_measured_choice_listed_in_the_report(tmp_path, mo
     from autocompress.build.pipeline import run_build
 
     logs: list[str] = []
+    parses, resolves = count_parses(monkeypatch)
     result = run_build(str(spec), progress=logs.append, baseline="uniform")
+    # both arms and every stage read one parse of the spec and one resolution of its parent
+    assert (len(parses), len(resolves)) == (1, 1), (parses, resolves)
     report = json.loads((result.output / "autocompress-report.json").read_text())
     b = report["baseline"]
     cands = b["refine"]["candidates"]

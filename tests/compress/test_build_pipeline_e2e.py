@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from _buildkit import make_project, shortlist_choice, weights_hash  # noqa: E402
+from _buildkit import count_parses, make_project, shortlist_choice, weights_hash  # noqa: E402
 from _stockkit import NO_AUTOCOMPRESS, STOCK  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -171,6 +171,23 @@ def test_rerun_is_cached_and_identical(built):
     # the student's evaluation is a stage keyed by the exported weights: read back, not measured again
     assert any(m.startswith("[evaluate-autocompress] cached") for m in logs), logs
     assert again.report["quality"] == result.report["quality"]
+
+
+def test_a_build_parses_its_spec_once_and_resolves_its_parent_once(built, tmp_path, monkeypatch, capsys):
+    """``acc build`` from its command line (the check cold: a fresh cache; the stages cached), then its
+    verification step: one parse of the spec, one resolution of its parent, read by every stage."""
+    from argparse import Namespace
+
+    from autocompress.cli import build_cmd
+
+    root, spec, result, _ = built
+    monkeypatch.setenv("ACC_CACHE_DIR", str(tmp_path / "cache"))  # the check misses: computed from the contract
+    parses, resolves = count_parses(monkeypatch)
+    args = Namespace(spec=str(spec), work=None, quiet=True, baseline=None, force=False, no_calibrate=False,
+                     no_verify=False, nproc=None)
+    assert build_cmd.build(args) == 0
+    assert "not verified by measurement" in capsys.readouterr().out  # the verification step ran
+    assert (len(parses), len(resolves)) == (1, 1), (parses, resolves)
 
 
 def test_import_has_no_side_effects_and_registration_is_explicit(built):

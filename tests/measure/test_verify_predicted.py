@@ -148,7 +148,7 @@ def test_measured_verify_reports_ratios_the_host_index_and_the_corrected_verdict
     _fake_engine_runs(monkeypatch, {n: v * slow for n, v in true.items()})
     monkeypatch.setattr(presence, "engine_available", lambda e: (True, "vllm"))
     monkeypatch.setattr("autocompress.export.gguf_convert.weights_folder", lambda value, p: tmp_path / "parent")
-    monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log: {
+    monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log, parent_: {
         "model": out, "parent": pdir, "baseline (uniform)": base})
     res = verify.run_verify(str(out), str(spec_path), log=lambda m: None)
     tpot = next(b for b in res.report["bounds"] if b["metric"] == "tpot")
@@ -190,7 +190,7 @@ def test_verify_with_pairings_shows_the_paired_ratios_with_their_se_and_resumes(
 
     _fake_engine_runs(monkeypatch, true)  # the interleaved runs: ratio 0.9 to the parent
     monkeypatch.setattr(presence, "engine_available", lambda e: (True, "vllm"))
-    monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log: {
+    monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log, parent_: {
         "model": out, "parent": pdir, "baseline (uniform)": base})
     monkeypatch.setattr(paired, "SWITCH_S", 0.0)
     names = {"model": "model", "parent": "parent", "baseline (uniform)": "model-uniform"}
@@ -256,7 +256,7 @@ def test_verify_with_pairings_shows_the_paired_ratios_with_their_se_and_resumes(
     assert t2["others"]["baseline (uniform)"]["model_over_this_paired"] == pytest.approx(0.9 / 0.75)
 
     # no parent to pair with (its weights absent): the flag says so in the report instead of doing nothing
-    monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log: {"model": out})
+    monkeypatch.setattr(verify, "_models", lambda out_, spec_, base_, log, parent_: {"model": out})
     alone = verify.run_verify(str(out), str(spec_path), log=lambda m: None, pairings=2)
     assert alone.report["measurements"]["paired"]["error"].startswith("no parent to pair the model with")
 
