@@ -7,7 +7,8 @@ Each side is checked like ``acc check`` (no weights) and the two reports are com
 (``report.diff``). With ``--base`` the old text comes from ``git cat-file blob REV:PATH``: the
 blob's bytes only, no checkout, no filters or hooks (``git show`` would apply textconv drivers the
 repository configures), and nothing in it is executed; it is parsed as data like any spec. Files
-the old spec names (a parent's config.json, a profile) are read from the working tree. A spec
+the old spec names (a parent's config.json, a profile) are read from the working tree; with
+``--confine DIR`` they, like the new spec's, must resolve inside DIR. A spec
 absent at REV (added by the change) or deleted from the working tree is an "absent" side; an
 invalid one is an "invalid" side with its rendered errors.
 
@@ -65,30 +66,33 @@ def read_revision(path: str, rev: str) -> str | None:
     return blob.stdout.decode("utf-8", errors="replace")
 
 
-def _checked(label: str, path: str, source: str | None) -> dict:
+def _checked(label: str, path: str, source: str | None, confine: str | None = None) -> dict:
     try:
-        result = run_check(path) if source is None else check_source(source, path)
+        result = run_check(path, confine=confine) if source is None else check_source(source, path, confine)
     except SpecError as err:
         err.path = label  # errors point at the side's own name (path@revision)
         return side(label, "invalid", errors=tuple(err.render().splitlines()))
     return side(label, "checked", result.report)
 
 
-def run_diff(old: str | None, new: str, base: str | None = None) -> DiffResult:
-    """The diff of spec ``old`` (or ``new`` at revision ``base``) and spec ``new``."""
+def run_diff(old: str | None, new: str, base: str | None = None, confine: str | None = None) -> DiffResult:
+    """The diff of spec ``old`` (or ``new`` at revision ``base``) and spec ``new``. ``confine``: a
+    folder that both specs, and every path they name, must resolve inside (``parents.confine``);
+    the old text from git is held to it as the new one is."""
     if (old is None) == (base is None):
         raise DiffError("give OLD.acspec NEW.acspec, or --base REV NEW.acspec")
     if base is not None:
         text = read_revision(new, base)
         label = f"{new}@{base}"
-        old_side = side(label, "absent") if text is None else _checked(label, new, text)
-        new_side = _checked(new, new, None) if os.path.exists(new) else side(new, "absent")
+        old_side = side(label, "absent") if text is None else _checked(label, new, text, confine)
+        there = os.path.lexists if confine else os.path.exists  # confined: a symlink is checked, never followed here
+        new_side = _checked(new, new, None, confine) if there(new) else side(new, "absent")
         if old_side["status"] == new_side["status"] == "absent":
             raise DiffError(f"{new}: exists neither in the working tree nor at {base}")
     else:
         for p in (old, new):
-            if not os.path.isfile(p):
+            if not (os.path.lexists(p) if confine else os.path.isfile(p)):
                 raise FileNotFoundError(2, "no such file", p)
-        old_side, new_side = _checked(old, old, None), _checked(new, new, None)
+        old_side, new_side = _checked(old, old, None, confine), _checked(new, new, None, confine)
     d = build_diff(old_side, new_side)
     return DiffResult(d, EXIT_INVALID if new_side["status"] == "invalid" else EXIT_OK)

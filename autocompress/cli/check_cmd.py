@@ -18,7 +18,7 @@ from autocompress.report.plots import write_plots
 
 
 def run(args) -> int:
-    result = check.run_check(args.spec, use_cache=not args.no_cache, importance=args.importance)
+    result = check.run_check(args.spec, use_cache=not args.no_cache, importance=args.importance, confine=args.confine)
     for w in result.warnings:
         sys.stderr.write(w + "\n")
     if args.format == "text" and not args.out:

@@ -18,7 +18,7 @@ def run(args) -> int:
         return EXIT_INVALID
     old, new = (None, args.specs[0]) if args.base else args.specs
     try:
-        res = diff.run_diff(old, new, args.base)
+        res = diff.run_diff(old, new, args.base, confine=args.confine)
     except diff.DiffError as err:
         sys.stderr.write(f"acc diff: {err}\n")
         return EXIT_INVALID

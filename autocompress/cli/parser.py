@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from autocompress import __version__
+
+CONFINE_HELP = ("for a spec you do not trust (a pull request's): the spec file and every path it names (model, "
+                "profile, data, output) must resolve, symlinks followed, inside DIR, else it is an error at that "
+                "path that says nothing of what is there; built-in aliases still work; no cache (docs/security.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-cache", action="store_true", help="recompute even if an identical check is cached")
     c.add_argument("--importance", metavar="FILE", help="use this importance file (acc build writes one in its "
                    "importance stage) instead of the prior; the report names it and its sha256")
+    c.add_argument("--confine", metavar="DIR", type=_folder, help=CONFINE_HELP)
 
     b = sub.add_parser("build", help="compress the parent to meet the contract and export the model (needs torch)")
     b.add_argument("spec", help="path of the .acspec file")
@@ -66,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--quick", action="store_true", help="4 + 4 models instead of 7 + 13 (a rough profile)")
     pr.add_argument("--quiet", action="store_true", help="no progress bars: plain log lines with rate and ETA")
     pr.add_argument("--work", metavar="DIR", help="measurement cache and synthetic models (default: the acc cache); "
-                    "bench/costmodel_fidelity.py uses bench/work/profiling")
+                    "python -m bench.fidelity uses bench/work/profiling")
 
     d = sub.add_parser("diff", help="what a spec change did: two contracts' verdicts, bounds, costs and starting "
                        "architectures side by side (no weights loaded)")
@@ -76,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--format", choices=("md", "json"), default="md",
                    help="md: Markdown for a PR comment (default); json: specs/spec-diff.schema.json")
     d.add_argument("--out", metavar="FILE", help="write the diff to FILE (atomically) instead of stdout")
+    d.add_argument("--confine", metavar="DIR", type=_folder, help=CONFINE_HELP)
 
     e = sub.add_parser("eval", help="accuracy of a model folder and its parent on eight benchmarks (offline data)")
     e.add_argument("model", help="the model folder (an acc build output, or any Hugging Face folder)")
@@ -94,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true", help="exit 1 if the file is not in canonical form")
     g.add_argument("--write", action="store_true", help="rewrite the file in place (atomically)")
     return p
+
+
+def _folder(text: str) -> str:
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"not a folder: {text}")
+    return text
 
 
 def _whole(text: str) -> int:

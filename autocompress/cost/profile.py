@@ -6,6 +6,9 @@ engine, and the model's ``known_error`` against real runs (``None`` until measur
 quotes it). Profiles are JSON files validated against ``specs/profile.schema.json``. Built-in
 defaults (``autocompress/cost/profiles/{gpu,cpu}-{vllm,transformers}-default.json``) carry
 ``source: "default"``; ``acc profile`` writes measured ones.
+
+Error messages name the field and what it must hold, never a value (or an unknown key) read from
+the file: a spec names its profile, and a check's errors may be posted on a pull request.
 """
 
 from __future__ import annotations
@@ -129,8 +132,8 @@ class Profile:
             over = [k for k, e in (("overall", overall), *per_op) if e.compute > 1 or e.memory > 1]
             if over:
                 raise ProfileError(f"invalid calibration profile {path}:\n  at efficiency: {', '.join(over)} above 1 "
-                                   f"of the {data['hardware']} peak (only cpu, whose catalog peaks are placeholders, "
-                                   "may exceed 1)")
+                                   "of the device's peak (only cpu, whose catalog peaks are placeholders, may "
+                                   "exceed 1)")
         ke = data["known_error"]
         known = None if ke is None else tuple(
             (k, ErrorStat(float(v["median"]), float(v["p95"]), v.get("samples"))) for k, v in sorted(ke.items()))
@@ -149,17 +152,63 @@ def validate_profile(data, path: str = "<profile>") -> None:
     validator = jsonschema.Draft202012Validator(schema("profile.schema.json"))
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        lines = [f"  at {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}" for e in errors]
+        names = schema_names(validator.schema)
+        where = lambda e: ".".join(str(k) if isinstance(k, int) or k in names else "<key>"  # noqa: E731
+                                   for k in e.absolute_path) or "(top level)"
+        lines = dict.fromkeys(f"  at {where(e)}: {schema_rule(e)}" for e in errors)
         raise ProfileError(f"invalid calibration profile {path}:\n" + "\n".join(lines))
+
+
+def schema_rule(e: jsonschema.ValidationError) -> str:
+    """What the schema asks at an error's place, in words, from the schema alone: jsonschema's own
+    message quotes the value found (``9.5 is greater than the maximum of 8``)."""
+    rule, want = e.validator, e.validator_value
+    if rule == "required":  # one error per missing name, which is the schema's
+        name = next((k for k in want if e.message == f"{k!r} is a required property"), None)
+        return f"{name!r} is a required property" if name is not None else "a required property is missing"
+    bounds = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+    if rule in bounds:
+        return f"must be {bounds[rule]} {want}"
+    if rule == "type":
+        return f"must be of type {' or '.join(want) if isinstance(want, list) else want}"
+    if rule == "enum":
+        return f"must be one of {', '.join(map(repr, want))}"
+    if rule == "const":
+        return f"must be {want!r}"
+    if rule == "additionalProperties":
+        return "holds a key the schema does not define"
+    if rule in ("oneOf", "anyOf"):
+        return "matches none of the forms the schema allows"
+    if rule in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"):
+        return f"fails {rule} {want}"
+    return f"does not match the schema ({rule})"
+
+
+def schema_names(node) -> set[str]:
+    """Every property name a schema defines: a key of the file is quoted in a message only when it is one."""
+    names: set[str] = set()
+    if isinstance(node, dict):
+        if isinstance(node.get("properties"), dict):
+            names.update(node["properties"])
+        for v in node.values():
+            names |= schema_names(v)
+    elif isinstance(node, list):
+        for v in node:
+            names |= schema_names(v)
+    return names
 
 
 @functools.lru_cache(maxsize=64)
 def _read(resolved: str, mtime_ns: int, shown: str) -> Profile:
     """Parse and validate once per file version (profiles are immutable once loaded)."""
     try:
-        data = json.loads(Path(resolved).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(Path(resolved).read_bytes())
+    except OSError as exc:
+        raise ProfileError(f"cannot read calibration profile {shown}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:  # the position and what the parser expected, no text of the file
         raise ProfileError(f"cannot read calibration profile {shown}: {exc}") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"cannot read calibration profile {shown}: it is not UTF-8 text") from None
     return Profile.from_dict(data, shown)
 
 
@@ -213,10 +262,10 @@ def load_profile(path: str | Path | None, device, engine: str, parent=None) -> P
     except FileNotFoundError:
         raise ProfileError(f"calibration profile not found: {p}") from None
     if prof.engine != engine:
-        raise ProfileError(f"calibration profile {p} is for engine {prof.engine!r}, the target uses {engine!r}")
+        raise ProfileError(f"calibration profile {p} is for another engine, the target uses {engine!r}")
     if prof.hardware not in (device.kind, device.name):
-        raise ProfileError(
-            f"calibration profile {p} is for hardware {prof.hardware!r}, the target is {device.name!r}")
+        raise ProfileError(f"calibration profile {p} is for other hardware, the target is {device.name!r} (a profile's "
+                           f"hardware must be the target's or {device.kind!r})")
     return prof
 
 

@@ -1,6 +1,8 @@
 """Typed, checked access to a Hugging Face ``config.json`` (``Cfg``) and the helpers every family's
 builder (``hf_config``) shares: heads, sliding windows, activation names, the final IR. Every
-failure is a ``ConfigError`` naming the offending key.
+failure is a ``ConfigError`` naming the offending key and what it must hold, never the value found:
+the file is the user's (or, for a spec from a pull request, anyone's), and a message that quoted it
+would carry its contents into a review comment.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class Cfg:
                 raise ConfigError(f"{self.where}: missing required key '{key}'", key)
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"{self.where}: '{key}' must be an integer >= {minimum}, got {value!r}", key)
+            raise ConfigError(f"{self.where}: '{key}' must be an integer >= {minimum}", key)
         return value
 
     def float(self, key: str, default: float | None = None) -> float:
@@ -45,7 +47,7 @@ class Cfg:
                 raise ConfigError(f"{self.where}: missing required key '{key}'", key)
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"{self.where}: '{key}' must be a positive number, got {value!r}", key)
+            raise ConfigError(f"{self.where}: '{key}' must be a positive number", key)
         return float(value)
 
     def bool(self, key: str, default: bool) -> bool:
@@ -53,7 +55,7 @@ class Cfg:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise ConfigError(f"{self.where}: '{key}' must be true or false, got {value!r}", key)
+            raise ConfigError(f"{self.where}: '{key}' must be true or false", key)
         return value
 
     def str(self, key: str, default: str) -> str:
@@ -61,7 +63,7 @@ class Cfg:
         if value is None:
             return default
         if not isinstance(value, str):
-            raise ConfigError(f"{self.where}: '{key}' must be a string, got {value!r}", key)
+            raise ConfigError(f"{self.where}: '{key}' must be a string", key)
         return value
 
     def list(self, key: str, default: list | None = None) -> list:
@@ -69,13 +71,13 @@ class Cfg:
         if value is None:
             return [] if default is None else default
         if not isinstance(value, list):
-            raise ConfigError(f"{self.where}: '{key}' must be a list, got {type(value).__name__}", key)
+            raise ConfigError(f"{self.where}: '{key}' must be a list", key)
         return value
 
     def dict(self, key: str) -> dict:
         value = self.raw.get(key)
         if not isinstance(value, dict):
-            raise ConfigError(f"{self.where}: '{key}' must be an object, got {value!r}", key)
+            raise ConfigError(f"{self.where}: '{key}' must be an object", key)
         return value
 
 
@@ -92,12 +94,11 @@ def heads(c: Cfg, default_head_dim: int | None = None) -> tuple[int, int, int, i
         head_dim = default_head_dim
     else:
         if hidden % heads:
-            raise ConfigError(f"{c.where}: hidden_size {hidden} is not divisible by num_attention_heads "
-                              f"{heads} and no head_dim is given", "head_dim")
+            raise ConfigError(f"{c.where}: hidden_size must be a multiple of num_attention_heads when no head_dim "
+                              "is given", "head_dim")
         head_dim = hidden // heads
     if heads % kv:
-        raise ConfigError(f"{c.where}: num_key_value_heads {kv} must divide num_attention_heads {heads}",
-                          "num_key_value_heads")
+        raise ConfigError(f"{c.where}: num_key_value_heads must divide num_attention_heads", "num_key_value_heads")
     return hidden, heads, kv, head_dim
 
 
@@ -106,12 +107,11 @@ def layer_windows(c: Cfg, layers: int, window: int | None, sliding: Callable[[in
     types = c.list("layer_types")
     if types:
         if len(types) != layers:
-            raise ConfigError(f"{c.where}: 'layer_types' has {len(types)} entries for {layers} layers",
+            raise ConfigError(f"{c.where}: 'layer_types' must have one entry per layer (num_hidden_layers)",
                               "layer_types")
-        bad = sorted({t for t in types if t not in ("full_attention", "sliding_attention")})
-        if bad:
-            raise ConfigError(f"{c.where}: 'layer_types' may hold full_attention or sliding_attention, "
-                              f"got {', '.join(map(repr, bad))}", "layer_types")
+        if any(t not in ("full_attention", "sliding_attention") for t in types):
+            raise ConfigError(f"{c.where}: 'layer_types' may hold only full_attention and sliding_attention",
+                              "layer_types")
         return [window if t == "sliding_attention" and window else None for t in types]
     return [window if window and sliding(i) else None for i in range(layers)]
 

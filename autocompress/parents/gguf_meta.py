@@ -12,6 +12,9 @@ Strings are a length (``uint64``, v1 ``uint32``) followed by UTF-8 bytes.
 
 ``architecture_from_gguf`` turns llama.cpp's metadata keys (``{arch}.block_count`` ...) into the
 IR for the architectures we can serve: llama (SmolLM2, Mistral), qwen2, qwen3, gemma3.
+
+Errors name the key or the place (an offset) and what was expected, never a value, a name or
+bytes read from the file: a spec may name any file, and its errors reach review comments.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ class _Cursor:
 
     def need(self, n: int) -> None:
         if self.pos + n > len(self.buf):
-            raise GGUFError(f"truncated header: needed {n} bytes at offset {self.pos}, file has {len(self.buf)}")
+            raise GGUFError(f"truncated header: a value at offset {self.pos} runs past the end of the file")
 
     def unpack(self, code: str):
         size = struct.calcsize(code)
@@ -127,8 +130,8 @@ class _Cursor:
                 return self._strings(count)
             if etype == T_ARRAY:
                 return [self.value(T_ARRAY) for _ in range(count)]
-            raise GGUFError(f"unknown array element type {etype} at offset {self.pos}")
-        raise GGUFError(f"unknown value type {vtype} at offset {self.pos}")
+            raise GGUFError(f"unknown array element type at offset {self.pos}")
+        raise GGUFError(f"unknown value type at offset {self.pos}")
 
     def _strings(self, count: int) -> "StringArray":
         # Tokenizer token and merge lists hold ~100k strings for SmolLM2. Decoding them all would
@@ -186,17 +189,16 @@ class StringArray(Sequence):
 def parse_gguf(buf) -> GGUFHeader:
     """Parse a GGUF header from a bytes-like object (the whole file, or at least its header)."""
     if len(buf) < 8 or bytes(buf[:4]) != GGUF_MAGIC:
-        got = bytes(buf[:4])
-        raise GGUFError(f"not a GGUF file: magic must be {GGUF_MAGIC!r}, got {got!r}")
+        raise GGUFError(f"not a GGUF file: it does not start with the magic {GGUF_MAGIC!r}")
     version = struct.unpack_from("<I", buf, 4)[0]
     if version not in (1, 2, 3):
-        raise GGUFError(f"unsupported GGUF version {version} (supported: 1, 2, 3)")
+        raise GGUFError("unsupported GGUF version (supported: 1, 2, 3)")
     cur = _Cursor(buf, version)
     cur.pos = 8
     n_tensors = cur.length()
     n_kv = cur.length()
     if n_tensors > 1 << 24 or n_kv > 1 << 24:
-        raise GGUFError(f"implausible counts: {n_tensors} tensors, {n_kv} metadata keys")
+        raise GGUFError(f"implausible tensor or metadata key count (at most {1 << 24} each)")
     metadata: dict[str, Any] = {}
     for _ in range(n_kv):
         key = cur.string()
@@ -207,7 +209,7 @@ def parse_gguf(buf) -> GGUFHeader:
         name = cur.string()
         n_dims = cur.unpack("<I")
         if n_dims > 8:
-            raise GGUFError(f"tensor {name!r}: implausible rank {n_dims}")
+            raise GGUFError(f"tensor {len(tensors)}: implausible rank (at most 8 dimensions)")
         dims = tuple(cur.length() for _ in range(n_dims))
         ggml_type = cur.unpack("<I")
         offset = cur.unpack("<Q")
@@ -224,7 +226,7 @@ def read_gguf(path: str | Path) -> GGUFHeader:
     with open(path, "rb") as f:
         size = f.seek(0, 2)
         if size < 8:
-            raise GGUFError(f"not a GGUF file: {path.name} is only {size} bytes")
+            raise GGUFError("not a GGUF file: shorter than a GGUF header")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             return parse_gguf(mm)
 
@@ -246,21 +248,29 @@ def _key(meta: dict[str, Any], key: str, default: Any = None, required: bool = T
     return default
 
 
+def _count(meta: dict[str, Any], key: str, default: int | None = None, minimum: int = 1) -> int:
+    """A size from the metadata, checked: the error names the key and the rule, never the value."""
+    value = _key(meta, key, default, required=default is None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise GGUFError(f"GGUF metadata '{key}' must be an integer >= {minimum}")
+    return value
+
+
 def architecture_from_gguf(header: GGUFHeader, name: str = "") -> Architecture:
     arch = header.architecture
     if arch not in GGUF_ARCHS:
-        raise GGUFError(f"unsupported GGUF architecture '{arch or '(none)'}': supported are {', '.join(GGUF_ARCHS)}")
+        raise GGUFError(f"unsupported GGUF architecture (general.architecture): supported are {', '.join(GGUF_ARCHS)}")
     m = header.metadata
-    layers = int(_key(m, f"{arch}.block_count"))
-    hidden = int(_key(m, f"{arch}.embedding_length"))
-    ffn = int(_key(m, f"{arch}.feed_forward_length"))
-    heads = int(_key(m, f"{arch}.attention.head_count"))
+    layers = _count(m, f"{arch}.block_count")
+    hidden = _count(m, f"{arch}.embedding_length")
+    ffn = _count(m, f"{arch}.feed_forward_length")
+    heads = _count(m, f"{arch}.attention.head_count")
     kv = _key(m, f"{arch}.attention.head_count_kv", heads, required=False)
-    head_dim = int(_key(m, f"{arch}.attention.key_length", hidden // heads, required=False))
+    head_dim = _count(m, f"{arch}.attention.key_length", max(1, hidden // heads))
     tokens = m.get("tokenizer.ggml.tokens")
     emb = header.tensor("token_embd.weight")
     if f"{arch}.vocab_size" in m:
-        vocab = int(m[f"{arch}.vocab_size"])
+        vocab = _count(m, f"{arch}.vocab_size")
     elif isinstance(tokens, (list, StringArray)):
         vocab = len(tokens)
     elif emb is not None and len(emb.shape) == 2:
@@ -268,8 +278,14 @@ def architecture_from_gguf(header: GGUFHeader, name: str = "") -> Architecture:
     else:
         raise GGUFError("cannot tell the vocabulary size: no tokenizer.ggml.tokens and no token_embd.weight")
     # Per-layer KV heads may be an array in llama.cpp (e.g. DeciLM conversions).
-    kv_list = [int(k) for k in kv] if isinstance(kv, list) else [int(kv)] * layers
+    kv_list = kv if isinstance(kv, list) else [kv] * layers
+    if len(kv_list) != layers or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 or heads % k
+                                     for k in kv_list):
+        raise GGUFError(f"GGUF metadata '{arch}.attention.head_count_kv' must be an integer >= 1 dividing the head "
+                        "count, or one per layer")
     window = m.get(f"{arch}.attention.sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise GGUFError(f"GGUF metadata '{arch}.attention.sliding_window' must be an integer >= 0")
     activation = "gelu_pytorch_tanh" if arch == "gemma3" else "silu"  # transformers' name, as config.json
     blocks = []
     for i in range(layers):
@@ -278,9 +294,9 @@ def architecture_from_gguf(header: GGUFHeader, name: str = "") -> Architecture:
             sw = int(window)
         blocks.append(Block(Attention(heads, kv_list[i], head_dim, sw), MLP(ffn, True, activation)))
     notes = [f"from GGUF v{header.version} metadata ({len(header.tensors)} tensors)"]
-    if "general.file_type" in m:
+    if isinstance(m.get("general.file_type"), int):
         notes.append(f"GGUF file type {m['general.file_type']}")
-    if f"{arch}.rope.freq_base" in m:
+    if isinstance(m.get(f"{arch}.rope.freq_base"), (int, float)):
         notes.append(f"rope theta {m[f'{arch}.rope.freq_base']:g}")
     gemma = arch == "gemma3"
     return Architecture(
@@ -291,7 +307,7 @@ def architecture_from_gguf(header: GGUFHeader, name: str = "") -> Architecture:
         head_dim=head_dim,
         tie_embeddings="output.weight" not in header.tensor_names(),
         blocks=tuple(blocks),
-        max_position=int(_key(m, f"{arch}.context_length", 8192, required=False)),
+        max_position=_count(m, f"{arch}.context_length", 8192),
         name=name or str(m.get("general.name", "")),
         notes=tuple(notes),
         post_norms=gemma,

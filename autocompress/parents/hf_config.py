@@ -71,8 +71,8 @@ def _qwen_moe(c: Cfg, name: str) -> Architecture:
     step = c.int("decoder_sparse_step", 1)
     dense_only = c.list("mlp_only_layers")
     if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < layers for i in dense_only):
-        raise ConfigError(f"{c.where}: 'mlp_only_layers' must list layer indices in 0..{layers - 1}, "
-                          f"got {dense_only!r}", "mlp_only_layers")
+        raise ConfigError(f"{c.where}: 'mlp_only_layers' must list layer indices (0 to num_hidden_layers - 1)",
+                          "mlp_only_layers")
     act = ca.act(c, "hidden_act", "silu")
     # transformers 5 writes Qwen3-MoE's count as num_local_experts (its attribute_map), 4.x as num_experts
     key = "num_experts" if c.has("num_experts") or not c.has("num_local_experts") else "num_local_experts"
@@ -112,8 +112,8 @@ def _gemma3(c: Cfg, name: str) -> Architecture:
         skip = o.get("skip") or []
         width = o.get("intermediate_size", c.int("intermediate_size"))
         if not isinstance(width, int) or isinstance(width, bool) or width <= 0:
-            raise ConfigError(f"{c.where}: per_layer_config[{i}].intermediate_size must be a positive integer, "
-                              f"got {width!r}", "per_layer_config")
+            raise ConfigError(f"{c.where}: per_layer_config[{i}].intermediate_size must be a positive integer",
+                              "per_layer_config")
         blocks.append(Block(None if "self_attn" in skip else Attention(heads, kv, hd, windows[i]),
                             None if "mlp" in skip else MLP(width, True, act)))
     notes = [f"query_pre_attn_scalar {c.raw.get('query_pre_attn_scalar', 256)}"]
@@ -130,13 +130,13 @@ def _per_layer(c: Cfg, layers: int) -> dict[int, dict]:
     out = {}
     for k, o in raw.items():
         if not str(k).isdigit() or not 0 <= int(k) < layers or not isinstance(o, dict):
-            raise ConfigError(f"{c.where}: per_layer_config key {k!r} must be a layer index in 0..{layers - 1} "
-                              "with a mapping of overrides", "per_layer_config")
-        other = sorted(set(o) - {"intermediate_size", "skip"})
-        bad_skip = sorted(set(o.get("skip") or []) - {"self_attn", "mlp"})
-        if other or bad_skip:
-            raise ConfigError(f"{c.where}: per_layer_config[{k}] may set intermediate_size and skip (self_attn, mlp); "
-                              f"got {other + bad_skip}", "per_layer_config")
+            raise ConfigError(f"{c.where}: 'per_layer_config' keys must be layer indices (0 to num_hidden_layers "
+                              "- 1), each with a mapping of overrides", "per_layer_config")
+        skip = o.get("skip") or []
+        if set(o) - {"intermediate_size", "skip"} or not isinstance(skip, list) or any(
+                s not in ("self_attn", "mlp") for s in skip):
+            raise ConfigError(f"{c.where}: per_layer_config[{int(k)}] may set only intermediate_size and skip "
+                              "(a list of self_attn, mlp)", "per_layer_config")
         out[int(k)] = o
     return out
 
@@ -156,14 +156,14 @@ def _decilm(c: Cfg, name: str) -> Architecture:
         raise ConfigError(f"{c.where}: 'block_configs' must be a non-empty list (one entry per layer)",
                           "block_configs")
     if c.has("num_hidden_layers") and c.int("num_hidden_layers") != len(block_cfgs):
-        raise ConfigError(f"{c.where}: 'block_configs' has {len(block_cfgs)} entries for num_hidden_layers "
-                          f"{c.raw['num_hidden_layers']}", "block_configs")
+        raise ConfigError(f"{c.where}: 'block_configs' must have one entry per layer (num_hidden_layers)",
+                          "block_configs")
     act = ca.act(c, "hidden_act", "silu")
     blocks = []
     for i, bc in enumerate(block_cfgs):
         where = f"{c.where}: block_configs[{i}]"
         if not isinstance(bc, dict):
-            raise ConfigError(f"{where} must be an object, got {bc!r}", "block_configs")
+            raise ConfigError(f"{where} must be an object", "block_configs")
         attn = Cfg(bc.get("attention") or {}, f"{where}.attention")
         ffn = Cfg(bc.get("ffn") or {}, f"{where}.ffn")
         for sub in (attn, ffn):
@@ -174,8 +174,8 @@ def _decilm(c: Cfg, name: str) -> Architecture:
         if not attn.bool("no_op", False):
             group = attn.int("n_heads_in_group")
             if heads % group:
-                raise ConfigError(f"{attn.where}: n_heads_in_group {group} must divide num_attention_heads "
-                                  f"{heads}", "n_heads_in_group")
+                raise ConfigError(f"{attn.where}: n_heads_in_group must divide num_attention_heads",
+                                  "n_heads_in_group")
             window = attn.int("window_length") if attn.has("window_length") else None
             mixer = Attention(heads, heads // group, hd, window)
         mlp = None
@@ -210,17 +210,21 @@ FAMILIES: dict[str, Builder] = {
 def architecture_from_config(config: dict[str, Any], name: str = "", where: str = "config.json") -> Architecture:
     """Build the IR from a parsed config.json. Raises ``ConfigError`` naming the bad key."""
     if not isinstance(config, dict):
-        raise ConfigError(f"{where}: must be a JSON object, got {type(config).__name__}")
+        raise ConfigError(f"{where}: must be a JSON object")
     model_type = config.get("model_type")
     supported = ", ".join(sorted(FAMILIES))
     if not isinstance(model_type, str) or not model_type:
         raise ConfigError(f"{where}: missing 'model_type' (supported: {supported})", "model_type")
     builder = FAMILIES.get(model_type)
     if builder is None:
-        raise ConfigError(f"{where}: unsupported model_type '{model_type}'; supported: {supported}", "model_type")
+        raise ConfigError(f"{where}: unsupported model_type; supported: {supported}", "model_type")
     try:
         return builder(Cfg(config, where), name or str(config.get("_name_or_path") or ""))
     except ConfigError:
         raise
-    except ValueError as e:  # an IR invariant (e.g. kv heads must divide q heads)
-        raise ConfigError(f"{where}: {e}") from e
+    except ValueError as e:  # an IR invariant (e.g. kv heads must divide q heads); its text quotes the sizes
+        raise ConfigError(f"{where}: the sizes it gives do not make a valid {model_type} architecture (every size "
+                          "positive, KV heads dividing query heads, at least one layer)") from e
+    except (TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as e:  # a value of the wrong shape
+        raise ConfigError(f"{where}: cannot be read as a {model_type} config: a key holds a value of the wrong "
+                          "type or shape") from e

@@ -1,14 +1,18 @@
 """examples/ci/acspec-review.yml: its review script runs, as written in the file, on a git
 repository with changed example specs; it fails on an invalid spec, not on an infeasible one
-unless configured; and it runs nothing from the pull request but `acc check` and `acc diff`."""
+unless configured; it runs nothing from the pull request but `acc check` and `acc diff`, both
+confined to the checkout, so a spec naming a file outside it is refused and the report holds no
+byte of that file."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -59,6 +63,7 @@ def _run_review(repo: Path, base: str, tmp_path: Path, strict: bool = False) -> 
     outputs, summary = tmp_path / "github-output", tmp_path / "summary"
     env = {**os.environ, **_workflow()["env"], **{k: v for k, v in step.get("env", {}).items() if "${{" not in str(v)},
            "BASE_SHA": base, "GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(summary),
+           "GITHUB_WORKSPACE": str(repo),  # what Actions sets: the checkout
            "ACSPEC_FAIL_ON_INFEASIBLE": "true" if strict else "false",
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}  # the installed `acc`
     p = subprocess.run(["bash", "-c", step["run"]], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
@@ -109,6 +114,25 @@ def test_an_invalid_spec_fails_the_check_with_its_errors(pr_repo, tmp_path):
     assert "INVALID" in report.split("## acc diff:")[1]  # the diff shows the new side as invalid
 
 
+def test_a_spec_naming_files_outside_the_checkout_is_refused_without_a_byte_of_them(pr_repo, tmp_path):
+    repo, base = pr_repo
+    marker = "MARK" + uuid.uuid4().hex
+    secret = tmp_path / "runner-secret"
+    secret.mkdir()
+    (secret / "config.json").write_text(json.dumps({"model_type": marker, "hidden_size": marker}))
+    (repo / "specs" / "vendor").symlink_to(secret)  # a symlink the pull request adds, pointing out
+    text = (repo / "specs" / "npc.acspec").read_text()
+    (repo / "specs" / "abs.acspec").write_text(text.replace('model "smollm2-135m"', f'model "{secret}/config.json"'))
+    (repo / "specs" / "link.acspec").write_text(text.replace('model "smollm2-135m"', 'model "vendor/config.json"'))
+    p, out, report = _run_review(repo, base, tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert out["failed"] == "true" and report.count("**acc check**: INVALID (exit 2)") == 2
+    line = 1 + text[:text.index('model "')].count("\n")
+    assert f"specs/abs.acspec:{line}:7: error: parent model '{secret}/config.json' is outside the --confine" in report
+    assert f"specs/link.acspec:{line}:7: error: parent model 'vendor/config.json' is outside the --confine" in report
+    assert marker not in report and marker not in p.stdout + p.stderr
+
+
 def test_the_workflow_runs_nothing_from_the_pull_request():
     wf = _workflow()
     triggers = wf[True] if True in wf else wf["on"]  # YAML 1.1 reads the key `on` as true
@@ -122,6 +146,9 @@ def test_the_workflow_runs_nothing_from_the_pull_request():
     assert re.search(r"pip install [^\n]*\"\$AUTOCOMPRESS_PIP\"", runs) and "==" in wf["env"]["AUTOCOMPRESS_PIP"]
     used = set(re.findall(r"(?m)^\s*acc (\w+)", runs))
     assert used == {"check", "diff"}, used
+    calls = re.findall(r"(?m)^\s*acc \w+[^\n]*", runs)
+    assert calls and all('--confine "$confine"' in c for c in calls), calls  # every spec read is confined
+    assert 'confine="${GITHUB_WORKSPACE:-$PWD}"' in runs  # to the checkout
     assert "python -m autocompress" not in runs and wf["env"]["PYTHONSAFEPATH"] == "1"
     fail = steps[-1]
     assert fail["if"] == "steps.review.outputs.failed == 'true'" and "exit 1" in fail["run"]

@@ -95,7 +95,7 @@ def test_bad_profile_lists_every_error(tmp_path):
         load_profile(f, HARDWARE["h100-sxm"], "vllm")
     msg = str(e.value)
     assert msg.startswith(f"invalid calibration profile {f}:")
-    assert "at efficiency.compute: 9.5 is greater than the maximum of 8" in msg
+    assert "at efficiency.compute: must be <= 8" in msg and "9.5" not in msg  # the rule, not the value found
     assert "at kernel: 'launch_s' is a required property" in msg
     assert "at known_error" in msg
 
@@ -108,9 +108,9 @@ def test_measured_profile_with_known_error(tmp_path):
     f.write_text(json.dumps(d))
     p = load_profile(str(f), HARDWARE["h100-sxm"], "vllm")
     assert p.source == "measured" and p.error("tpot").p95 == 0.11 and p.error("ttft") is None
-    with pytest.raises(ProfileError, match="is for hardware 'h100-sxm', the target is 'h200'"):
+    with pytest.raises(ProfileError, match="is for other hardware, the target is 'h200'"):
         load_profile(f, HARDWARE["h200"], "vllm")
-    with pytest.raises(ProfileError, match="is for engine 'vllm', the target uses 'transformers'"):
+    with pytest.raises(ProfileError, match="is for another engine, the target uses 'transformers'"):
         load_profile(f, HARDWARE["h100-sxm"], "transformers")
 
 

@@ -62,18 +62,21 @@ def test_gemma3_gguf_sliding_layers():
 
 
 @pytest.mark.parametrize("raw, message", [
-    (b"GGML" + b"\x00" * 20, "not a GGUF file: magic must be b'GGUF', got b'GGML'"),
-    (b"GGUF" + struct.pack("<I", 7) + b"\x00" * 16, "unsupported GGUF version 7 (supported: 1, 2, 3)"),
+    (b"GGML" + b"\x00" * 20, "not a GGUF file: it does not start with the magic b'GGUF'"),
+    (b"GGUF" + struct.pack("<I", 7) + b"\x00" * 16, "unsupported GGUF version (supported: 1, 2, 3)"),
     (llama_gguf()[:60], "truncated"),
 ])
 def test_malformed_headers(raw, message):
-    with pytest.raises(GGUFError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(GGUFError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
         parse_gguf(raw)
+    assert "GGML" not in str(e.value) and "7" not in str(e.value)  # the message quotes nothing read from the file
 
 
 def test_unsupported_architecture():
-    with pytest.raises(GGUFError, match="unsupported GGUF architecture 'mamba': supported are llama, qwen2, qwen3"):
+    with pytest.raises(GGUFError, match=r"unsupported GGUF architecture \(general.architecture\): supported are "
+                       "llama, qwen2, qwen3") as e:
         architecture_from_gguf(parse_gguf(llama_gguf(arch="mamba")))
+    assert "mamba" not in str(e.value)
 
 
 def test_missing_key_is_named():

@@ -149,7 +149,7 @@ def test_gemma3_layer_types_override_pattern():
                layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"])
     assert [b.attention.sliding_window for b in architecture_from_config(cfg).blocks] == [None, 8, 8, None]
     cfg["layer_types"] = ["full_attention"] * 3
-    with pytest.raises(ConfigError, match="'layer_types' has 3 entries for 4 layers"):
+    with pytest.raises(ConfigError, match=r"'layer_types' must have one entry per layer \(num_hidden_layers\)"):
         architecture_from_config(cfg)
 
 
@@ -177,10 +177,10 @@ def test_nemotron_h_real_configs():
 def test_nemotron_h_pattern_errors():
     cfg = copy.deepcopy(MINIMAL["nemotron_h"])
     cfg["hybrid_override_pattern"] = "M*-"
-    with pytest.raises(ConfigError, match="'hybrid_override_pattern' has 3 characters for num_hidden_layers 4"):
+    with pytest.raises(ConfigError, match=r"'hybrid_override_pattern' must have one character per layer"):
         architecture_from_config(cfg)
     cfg["hybrid_override_pattern"] = "M*-X"
-    with pytest.raises(ConfigError, match=r"may hold M \(Mamba2\), \* \(attention\), - \(MLP\) and E \(MoE\), got 'X'"):
+    with pytest.raises(ConfigError, match=r"may hold only M \(Mamba2\), \* \(attention\), - \(MLP\) and E \(MoE\)$"):
         architecture_from_config(cfg)
 
 
@@ -196,7 +196,7 @@ def test_nemotron_h_as_transformers_5_writes_it():
     cfg["num_hidden_layers"] = 7  # transformers ignores a disagreeing count: the list wins
     assert architecture_from_config(cfg).num_layers == 4
     cfg["layers_block_type"] = ["linear_attention", "conv"]
-    with pytest.raises(ConfigError, match="'layers_block_type' may hold linear_attention .* got 'conv'"):
+    with pytest.raises(ConfigError, match="'layers_block_type' must be a non-empty list of linear_attention .* moe$"):
         architecture_from_config(cfg)
 
 
@@ -211,7 +211,7 @@ def test_nemotron_h_puzzle_block_configs():
     with pytest.raises(ConfigError, match=r"block_configs\[0\] overrides mamba_num_heads; Mamba2 sizes are global"):
         architecture_from_config(cfg)
     cfg["block_configs"][0] = {"block_type": "ssm"}
-    with pytest.raises(ConfigError, match="block_type may be mamba, attention, mlp or moe, got 'ssm'"):
+    with pytest.raises(ConfigError, match=r"block_configs\[0\]\.block_type may be mamba, attention, mlp or moe$"):
         architecture_from_config(cfg)
 
 
@@ -288,11 +288,11 @@ def test_decilm_super_49b():
     ({"attention": {"replace_with_linear": True}, "ffn": {"ffn_mult": 1.0}},
      r"block_configs\[1\]\.attention: replace_with_linear is not supported"),
     ({"attention": {"n_heads_in_group": 3}, "ffn": {"ffn_mult": 1.0}},
-     r"block_configs\[1\]\.attention: n_heads_in_group 3 must divide num_attention_heads 4"),
+     r"block_configs\[1\]\.attention: n_heads_in_group must divide num_attention_heads$"),
     ({"attention": {"no_op": False}, "ffn": {"ffn_mult": 1.0}},
      r"block_configs\[1\]\.attention: missing required key 'n_heads_in_group'"),
     ({"attention": {"n_heads_in_group": 2}, "ffn": {"ffn_mult": "big"}},
-     r"block_configs\[1\]\.ffn: 'ffn_mult' must be a positive number, got 'big'"),
+     r"block_configs\[1\]\.ffn: 'ffn_mult' must be a positive number$"),
 ])
 def test_decilm_errors_name_the_block(block, message):
     cfg = copy.deepcopy(MINIMAL["nemotron-nas"])
@@ -306,13 +306,13 @@ def test_decilm_errors_name_the_block(block, message):
 @pytest.mark.parametrize("change, key, message", [
     ({"hidden_size": None}, "hidden_size", "config.json: missing required key 'hidden_size'"),
     ({"num_attention_heads": "32"}, "num_attention_heads",
-     "config.json: 'num_attention_heads' must be an integer >= 1, got '32'"),
+     "config.json: 'num_attention_heads' must be an integer >= 1"),
     ({"num_key_value_heads": 3}, "num_key_value_heads",
-     "config.json: num_key_value_heads 3 must divide num_attention_heads 4"),
+     "config.json: num_key_value_heads must divide num_attention_heads"),
     ({"tie_word_embeddings": "yes"}, "tie_word_embeddings",
-     "config.json: 'tie_word_embeddings' must be true or false, got 'yes'"),
+     "config.json: 'tie_word_embeddings' must be true or false"),
     ({"model_type": "gpt2"}, "model_type",
-     "config.json: unsupported model_type 'gpt2'; supported: gemma3_text, llama, mistral, mixtral, "
+     "config.json: unsupported model_type; supported: gemma3_text, llama, mistral, mixtral, "
      "nemotron-nas, nemotron_h, nemotron_h_puzzle, qwen2, qwen2_moe, qwen3, qwen3_moe"),
     ({"model_type": None}, "model_type", "config.json: missing 'model_type' (supported: gemma3_text, llama"),
 ])

@@ -104,7 +104,7 @@ def test_hf_dir_without_config(tmp_path):
 def test_unsupported_model_type_lists_families(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"model_type": "qwen3moe", "hidden_size": 8}))
     d = error_of(ref("config", "c.json"), tmp_path).diagnostics[0]
-    assert d.message == ("c.json: unsupported model_type 'qwen3moe'; supported: gemma3_text, llama, mistral, "
+    assert d.message == ("c.json: unsupported model_type; supported: gemma3_text, llama, mistral, "
                          "mixtral, nemotron-nas, nemotron_h, nemotron_h_puzzle, qwen2, qwen2_moe, qwen3, qwen3_moe")
     assert d.hint == "did you mean 'qwen3_moe'?" and d.code == "parent-config"
 
@@ -121,13 +121,13 @@ def test_bad_key_is_named(tmp_path):
     cfg["num_local_experts"] = 0
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     d = error_of(ref("hf_dir", "."), tmp_path).diagnostics[0]
-    assert d.message == "config.json: 'num_local_experts' must be an integer >= 1, got 0"
+    assert d.message == "config.json: 'num_local_experts' must be an integer >= 1"
 
 
 def test_bad_gguf(tmp_path):
     (tmp_path / "x.gguf").write_bytes(b"not a gguf file at all")
     d = error_of(ref("gguf", "x.gguf"), tmp_path).diagnostics[0]
-    assert d.message == "x.gguf: not a GGUF file: magic must be b'GGUF', got b'not '"
+    assert d.message == "x.gguf: not a GGUF file: it does not start with the magic b'GGUF'"
     assert d.code == "parent-gguf"
 
 
