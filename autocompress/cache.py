@@ -6,6 +6,11 @@ the source of the stage's modules and everything they import from this package),
 paths, times or a hand-bumped version. Files and folders are written under a temporary name in
 the same folder and renamed into place (``atomic_write_bytes``, ``atomic_dir``), so an
 interrupted run leaves either the old result or the new one, never half of one.
+
+What was written is also checked when it is read back: a stage folder carries ``CHECKSUMS.json``
+(the sha256 of each of its files, written last: ``write_checksums`` / ``corruption``; a cached
+tensor file carries the digest of its tensors, ``data.checked``), so a file truncated by a full
+disk or a killed copy, or altered by a bad sector, is found and recomputed instead of loaded.
 """
 
 from __future__ import annotations
@@ -98,6 +103,41 @@ def atomic_dir(final: str | os.PathLike, replace: bool = False) -> Iterator[Path
         raise
 
 
+CHECKSUMS = "CHECKSUMS.json"
+
+
+def write_checksums(folder: str | os.PathLike) -> None:
+    """Record the sha256 of every file under ``folder`` in ``<folder>/CHECKSUMS.json`` (call it last)."""
+    folder = Path(folder)
+    sums = {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != CHECKSUMS}
+    atomic_write_json(folder / CHECKSUMS, {"sha256": sums})
+
+
+def corruption(folder: str | os.PathLike) -> str | None:
+    """What is wrong with a folder ``write_checksums`` sealed (``"<file>: checksum mismatch"``,
+    ``"<file>: missing"``, ...), or None when every recorded file is there with its checksum."""
+    folder = Path(folder)
+    try:
+        sums = json.loads((folder / CHECKSUMS).read_text())["sha256"]
+        if not isinstance(sums, dict):
+            raise ValueError
+    except FileNotFoundError:
+        return f"{CHECKSUMS}: missing"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{CHECKSUMS}: unreadable"
+    for name, digest in sums.items():
+        p = folder / name
+        try:
+            if sha256_file(p) != digest:
+                return f"{name}: checksum mismatch"
+        except FileNotFoundError:
+            return f"{name}: missing"
+        except OSError as e:
+            return f"{name}: unreadable ({e.strerror or e})"
+    return None
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
@@ -117,7 +157,9 @@ def fingerprint(path: str | os.PathLike) -> str:
 
 class JsonCache:
     """A folder of ``<key>.json`` entries. Entries record the files they depend on with their
-    hashes, so a hit is only served while those files are unchanged."""
+    hashes, so a hit is only served while those files are unchanged, and the sha256 of their value,
+    so a damaged entry is a miss (recomputed and rewritten), never a wrong hit. Entries are written
+    atomically under unique temporary names: processes sharing the folder never see half of one."""
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
@@ -129,7 +171,10 @@ class JsonCache:
         p = self._path(k)
         try:
             entry = json.loads(p.read_text())
-        except (OSError, ValueError):
+            value = entry["value"]
+            if entry.get("sha256") != sha256_bytes(json.dumps(value, sort_keys=True).encode()):
+                return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
         for dep, digest in entry.get("deps", {}).items():
             try:
@@ -137,10 +182,11 @@ class JsonCache:
                     return None
             except OSError:
                 return None
-        return entry.get("value")
+        return value
 
     def put(self, k: str, value: Any, deps: Iterable[str] = ()) -> None:
-        entry = {"deps": {str(d): fingerprint(d) for d in deps}, "value": value}
+        entry = {"deps": {str(d): fingerprint(d) for d in deps}, "value": value,
+                 "sha256": sha256_bytes(json.dumps(value, sort_keys=True).encode())}
         try:
             atomic_write_json(self._path(k), entry)
         except OSError:

@@ -15,10 +15,16 @@ Under ``torchrun`` / ``srun`` / ``acc build --nproc N`` (``build.dist``) every r
 recipe: importance, teacher outputs, the search's measured forwards and distillation (FSDP2,
 ``distill_dist``) are split over the ranks; rank 0 alone writes stage folders, the export, the
 evaluation and the report, and the others wait for it.
+
+Concurrent builds (``build.lock``): a build holds its output folder's lock (``.<output>.lock``
+beside it, and the baseline's) from its start to its end, so a second build of the same spec
+refuses at once with exit 2, naming the first's pid; builds of other specs sharing a work folder
+or cache run side by side, each stage computed once under its own lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -27,7 +33,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from autocompress.build import dist, preflight
+from autocompress.build import dist, lock, preflight
 from autocompress.build.choice import search, shortlist
 from autocompress.build.output import plan_output
 from autocompress.build.prepare import Prepared, parent_folder, prepare
@@ -78,8 +84,29 @@ def run_build(contract: Contract | str, work_dir: str | None = None, progress: P
     progress = as_progress(progress)
     t_start = time.perf_counter()
     contract = as_contract(contract)
-    spec, spec_path, base = contract.spec, contract.path, contract.base
     out, b_out = plan_outputs(contract, baseline, force)  # before any work
+    with contextlib.ExitStack() as held:
+        _lock_outputs(held, [out] + ([b_out] if b_out else []), progress)
+        return _run_build(contract, out, b_out, work_dir, progress, baseline, force, no_calibrate, t_start)
+
+
+def _lock_outputs(held: contextlib.ExitStack, outs: list[Path], progress: Progress) -> None:
+    """Hold the lock of each output folder for the build (rank 0 for the job): ``LockBusy`` (exit 2,
+    naming the holder's pid) on every rank when another build holds one."""
+    busy = None
+    if dist.is_main():
+        try:
+            for o in outs:
+                held.enter_context(lock.hold(o.parent / f".{o.name}.lock", f"output {o}", progress.log))
+        except lock.LockBusy as e:
+            busy = e
+    if dist.from_main(busy is not None):
+        raise busy or lock.LockBusy(f"output {outs[0]} is locked by another build of the same spec", None)
+
+
+def _run_build(contract: Contract, out: Path, b_out: Path | None, work_dir: str | None, progress: Progress,
+               baseline: str | None, force: bool, no_calibrate: bool, t_start: float) -> BuildResult:
+    spec, spec_path, base = contract.spec, contract.path, contract.base
     # before any work: exit 2 at the model line
     require_buildable(spec, contract.parent.architecture.family, spec_path, contract.source)
     work = Path(work_dir) if work_dir else out.parent / f".{out.name}.acc"

@@ -4,7 +4,10 @@ A stage's result lives in ``<work>/<name>-<key>/`` where the key hashes everythi
 depends on (spec, parent, data, settings, upstream keys, and the source of the code it runs). The folder is filled under a
 temporary name and renamed into place when complete, with a ``DONE`` marker holding the stage's
 small JSON summary, so an interrupted build leaves either nothing or a whole result, and a
-rerun skips every stage whose folder exists. Long stages that checkpoint (distillation) keep
+rerun skips every stage whose folder exists. The folder is sealed last with ``CHECKSUMS.json``
+(``cache.write_checksums``: the sha256 of each file) and checked before it is used: a missing,
+truncated or altered file is a warning (``cached <stage> at <folder> is corrupt (<file>: checksum
+mismatch); recomputing``) and a recompute, never a load. Long stages that checkpoint (distillation) keep
 their checkpoints in ``<work>/<name>-<key>.partial/``, which survives a crash and is removed when
 the stage completes.
 
@@ -12,6 +15,11 @@ Under a launcher (``build.dist``) rank 0 alone decides whether the stage is done
 folder and commits it; a *collective* stage (its function uses every rank: importance, search,
 distillation) runs on every rank, the others writing into a scratch folder that is dropped, and a
 rank-0 stage runs there alone while the others wait. Every rank then reads the committed folder.
+
+Processes sharing a work folder (two specs built with one ``--work``): a stage is computed under
+its lock (``build.lock.wait_for``, at ``lock.lock_path`` of its folder), so a process that needs a stage
+another is computing logs ``waiting for <stage> (pid N)``, then finds it done and uses it: one
+computation, no folder written twice.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Callable
 
 from autocompress import cache
 from autocompress.cache import atomic_dir
-from autocompress.build import dist
+from autocompress.build import dist, lock
 
 
 def crash_point(name: str) -> None:
@@ -67,31 +75,59 @@ def run_stage(work: Path, name: str, key: str, fn: Callable[[Path, Path], dict],
         return _run_stage_ranks(work, name, key, fn, log, collective)
     work.mkdir(parents=True, exist_ok=True)
     final = work / f"{name}-{key}"
-    done = final / "DONE"
-    if done.exists():
-        summary = json.loads(done.read_text())
-        log(f"[{name}] cached ({final.name})")
-        return StageResult(name, key, final, summary, True)
-    partial = work / f"{name}-{key}.partial"
-    partial.mkdir(exist_ok=True)
-    for stale in [*work.glob(f".{final.name}.tmp-*"), *work.glob(f".{final.name}.rank*")]:  # a killed run's
-        shutil.rmtree(stale, ignore_errors=True)
-    # a stale folder of this stage without DONE (killed between rename and marker: cannot happen
-    # with atomic_dir, but an older version could leave one) is replaced
-    with atomic_dir(final, replace=True) as tmp:
-        summary = fn(tmp, partial) or {}
-        crash_point(name)  # fault injection for the crash tests: the work is done, not yet committed
-        cache.atomic_write_json(tmp / "DONE", summary)
-    shutil.rmtree(partial, ignore_errors=True)
+    hit = _cached(final, name, log)
+    if hit is not None:
+        return StageResult(name, key, final, hit, True)
+    with lock.wait_for(lock.lock_path(final), final.name, log):
+        hit = _cached(final, name, log, quiet=True)  # finished by the process we waited for
+        if hit is not None:
+            log(f"[{name}] cached ({final.name}, computed by another process)")
+            return StageResult(name, key, final, hit, True)
+        partial = work / f"{name}-{key}.partial"
+        partial.mkdir(exist_ok=True)
+        for stale in [*work.glob(f".{final.name}.tmp-*"), *work.glob(f".{final.name}.rank*")]:  # a killed run's
+            shutil.rmtree(stale, ignore_errors=True)
+        # a folder of this stage that failed its checks (or an older version's, without them) is replaced
+        with atomic_dir(final, replace=True) as tmp:
+            summary = fn(tmp, partial) or {}
+            crash_point(name)  # fault injection for the crash tests: the work is done, not yet committed
+            _seal(tmp, summary)
+        shutil.rmtree(partial, ignore_errors=True)
     return StageResult(name, key, final, summary, False)
+
+
+def _seal(tmp: Path, summary: dict) -> None:
+    """The ``DONE`` marker, then the checksums of every file (``CHECKSUMS.json``, last)."""
+    cache.atomic_write_json(tmp / "DONE", summary)
+    cache.write_checksums(tmp)
+
+
+def _cached(final: Path, name: str, log: Callable[[str], None], quiet: bool = False) -> dict | None:
+    """The summary of a complete, intact stage folder, else None (with a warning when the folder is
+    there but fails its checksums: it is then recomputed and replaced). ``quiet``: the second look,
+    under the stage's lock, says nothing the first said."""
+    if not (final / "DONE").exists():
+        return None
+    why = cache.corruption(final)
+    if why is None:
+        try:
+            summary = json.loads((final / "DONE").read_text())
+            if isinstance(summary, dict):
+                if not quiet:
+                    log(f"[{name}] cached ({final.name})")
+                return summary
+            why = "DONE: not a JSON object"
+        except (OSError, ValueError) as e:
+            why = f"DONE: unreadable ({e})"
+    if not quiet:
+        log(f"warning: cached {name} at {final} is corrupt ({why}); recomputing")
+    return None
 
 
 def _run_stage_ranks(work: Path, name: str, key: str, fn: Callable[[Path, Path], dict], log, collective: bool
                      ) -> StageResult:
     final, partial = work / f"{name}-{key}", work / f"{name}-{key}.partial"
-    if dist.from_main((final / "DONE").exists()):
-        if dist.is_main():
-            log(f"[{name}] cached ({final.name})")
+    if dist.from_main(_cached(final, name, log) is not None if dist.is_main() else False):
         return StageResult(name, key, final, json.loads((final / "DONE").read_text()), True)
     if dist.is_main():
         work.mkdir(parents=True, exist_ok=True)
@@ -103,7 +139,7 @@ def _run_stage_ranks(work: Path, name: str, key: str, fn: Callable[[Path, Path],
         with atomic_dir(final, replace=True) as tmp:
             summary = fn(tmp, partial) or {}
             crash_point(name)
-            cache.atomic_write_json(tmp / "DONE", summary)
+            _seal(tmp, summary)
     elif collective:
         scratch = work / f".{final.name}.rank{dist.rank()}"
         scratch.mkdir()

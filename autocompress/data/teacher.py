@@ -10,8 +10,11 @@ kept token and the total mass of the rest (the "tail"):
     <cache_root>/teacher/<key>/meta.json                     written last: the cache is complete
 
 ``key`` hashes our version, the caller's teacher identity (e.g. the parent's content hash), the token
-tensor's bytes, k and the value dtype. Chunks are written atomically one by one, so a run that dies keeps
-its finished chunks and the next run computes only the missing ones.
+tensor's bytes, k and the value dtype. Chunks are written atomically one by one, each carrying the digest
+of its tensors (``data.checked``), so a run that dies keeps its finished chunks and the next run computes
+only the missing ones. Every chunk is checked before the cache is used: a truncated or altered chunk is a
+warning and is recomputed, never loaded. Processes that share the cache compute one folder under its lock
+(``build.lock.wait_for``, ``lock.lock_path``): the second waits and then reads what the first wrote.
 
 The loss (``topk_kl``) is KL(teacher || student) between the two distributions *coarsened* to k + 1
 outcomes: each kept token, and one bucket for everything else. By the data-processing inequality it never
@@ -25,16 +28,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import load_file, save
-
-from autocompress.build import dist
+from autocompress.build import dist, lock
 from autocompress.cache import atomic_write_bytes, atomic_write_json, cache_root, code_digest, key, sha256_bytes
+from autocompress.data.checked import Corrupt, dumps, loads
 
 DEFAULT_K = 32
 
@@ -70,7 +72,7 @@ class TeacherCache:
 
     def _chunk(self, c: int) -> dict[str, torch.Tensor]:
         if c not in self._chunks:
-            self._chunks[c] = load_file(self.folder / f"chunk-{c:05d}.safetensors")
+            self._chunks[c] = loads(self.folder / f"chunk-{c:05d}.safetensors")[0]
         return self._chunks[c]
 
     def get(self, rows: torch.Tensor | list[int]) -> TopK:
@@ -95,29 +97,94 @@ def cache_teacher(
     dtype: torch.dtype = torch.float16,
     cache_dir: str | os.PathLike | None = None,
     on_chunk: Callable[[int, int], None] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> TeacherCache:
     """Run ``teacher`` over ``tokens[:, :-1]`` once (resumable per chunk) and return the cache.
 
     ``teacher_id`` names the teacher's content (a callable cannot be hashed): the parent's weights hash.
     ``dtype`` of the stored logit values: fp16 halves the file (relative error ~5e-4 on a logit).
+    ``log``: where warnings (a corrupt chunk) and waits (another process fills the cache) go; stderr by default.
     """
     tokens = tokens.long()
     n = tokens.shape[0]
     tok_digest = sha256_bytes(tokens.to(torch.int32).contiguous().numpy().tobytes() + str(tuple(tokens.shape)).encode())
     kk = key(code_digest("autocompress.data.teacher"), teacher_id, tok_digest, f"k={k}", str(dtype), f"chunk={chunk_rows}")
     folder = Path(cache_dir or cache_root() / "teacher") / kk[:24]
+    log = log or _stderr
+    if dist.active():  # one build's ranks: rank 0 decides and writes (below)
+        return _cache_teacher(teacher, tokens, teacher_id, k, batch, chunk_rows, dtype, folder, on_chunk, log)
+    meta = _complete(folder, chunk_rows, n, log)
+    if meta is not None:
+        return TeacherCache(folder, n, chunk_rows, meta["k"], meta["vocab"])
+    with lock.wait_for(lock.lock_path(folder), f"teacher outputs {folder.name}", log):
+        return _cache_teacher(teacher, tokens, teacher_id, k, batch, chunk_rows, dtype, folder, on_chunk, log)
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _complete(folder: Path, chunk_rows: int, n: int, log) -> dict | None:
+    """``meta.json`` of a finished cache whose chunks all match their digests, else None (a damaged
+    chunk is removed with a warning, and ``meta.json`` with it, so that chunk is recomputed)."""
+    meta_path = folder / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        int(meta["k"]), int(meta["vocab"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        log(f"warning: cached teacher outputs at {folder} are corrupt (meta.json: unreadable); recomputing")
+        meta_path.unlink(missing_ok=True)
+        return None
+    bad = _damaged(folder, (n + chunk_rows - 1) // chunk_rows, log)
+    if bad:
+        meta_path.unlink(missing_ok=True)
+        return None
+    return meta
+
+
+def _damaged(folder: Path, chunks: int, log) -> list[int]:
+    """The chunks that are there but fail their checksum: removed, with a warning each."""
+    bad = []
+    for c in range(chunks):
+        path = folder / f"chunk-{c:05d}.safetensors"
+        if not path.exists():
+            continue
+        why = _corrupt(path)
+        if why is not None:
+            log(f"warning: cached teacher outputs at {folder} are corrupt ({why}); recomputing")
+            path.unlink(missing_ok=True)
+            bad.append(c)
+    return bad
+
+
+def _corrupt(path: Path) -> str | None:
+    try:
+        loads(path)
+    except Corrupt as e:
+        return str(e)
+    return None
+
+
+def _cache_teacher(teacher, tokens, teacher_id, k, batch, chunk_rows, dtype, folder: Path, on_chunk, log
+                   ) -> TeacherCache:
+    n = tokens.shape[0]
     meta_path = folder / "meta.json"
     # under a launcher (build.dist) rank 0 decides what is done and alone writes; each chunk's
     # batches are split over the ranks and gathered back in order (the same bytes at any world size)
-    if dist.from_main(meta_path.is_file()):
-        meta = json.loads(meta_path.read_text())
+    meta = _complete(folder, chunk_rows, n, log) if dist.is_main() else None
+    if dist.from_main(meta is not None):
+        meta = meta or json.loads(meta_path.read_text())
         return TeacherCache(folder, n, chunk_rows, meta["k"], meta["vocab"])
+    if dist.is_main():
+        _damaged(folder, (n + chunk_rows - 1) // chunk_rows, log)  # chunks of an interrupted run
 
     vocab = None
     chunks = (n + chunk_rows - 1) // chunk_rows
     for c in range(chunks):
         path = folder / f"chunk-{c:05d}.safetensors"
-        if dist.from_main(path.is_file()):  # finished by an earlier, interrupted run
+        if dist.from_main(path.is_file()):  # finished by an earlier run (and checked by _damaged above)
             continue
         parts: list[TopK] = []
         with torch.no_grad():
@@ -136,13 +203,11 @@ def cache_teacher(
             "lse": torch.cat([p.lse for p in parts]).float().contiguous(),
         }
         if dist.is_main():
-            atomic_write_bytes(path, save(data, metadata={"vocab": str(vocab)}))
+            atomic_write_bytes(path, dumps(data, {"vocab": str(vocab)}))
         if on_chunk:
             on_chunk(c + 1, chunks)
     if vocab is None:  # every chunk came from an earlier run: read the vocab from one
-
-        with safe_open(str(folder / "chunk-00000.safetensors"), "pt") as f:
-            vocab = int(f.metadata()["vocab"])
+        vocab = int(loads(folder / "chunk-00000.safetensors")[1]["vocab"])
     if dist.is_main():
         atomic_write_json(meta_path, {"k": min(k, vocab), "vocab": vocab, "rows": n, "chunk_rows": chunk_rows,
                                       "teacher": teacher_id})

@@ -7,7 +7,9 @@ whole corpus rather than the first files alphabetically). The result is cached a
     <cache_root>/data/<key>/tokens.safetensors   tokens int32 [N], offsets int64 [D+1] (+ metadata)
 
 with ``key`` = sha256 of (our version, the corpus digest, the tokenizer files' digest), written
-atomically. Packing into ``[n, seq_len + 1]`` rows (inputs ``row[:-1]``, targets ``row[1:]``) is a
+atomically with the digest of its tensors (``data.checked``): a damaged file is a warning and a
+retokenization, never a load. Processes sharing the cache tokenize a corpus once, under a lock
+(``build.lock.wait_for``): the second waits and reads the first's file. Packing into ``[n, seq_len + 1]`` rows (inputs ``row[:-1]``, targets ``row[1:]``) is a
 reshape of a slice of that stream, so every sequence length shares one tokenization.
 
 A tokenizer that starts every text with BOS (Gemma 3's) gets a BOS at the start of every row, as the
@@ -18,15 +20,16 @@ Tokenizers that add no BOS (SmolLM2's) get none.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import load_file, save
 from transformers import AutoTokenizer
 
+from autocompress.build import lock
+from autocompress.data.checked import Corrupt, dumps, loads
 from autocompress.cache import atomic_write_bytes, cache_root, code_digest, key, sha256_bytes, sha256_file
 from autocompress.data.corpus import (DATA_VERSION, HELDOUT_FRACTION, KINDS, SPLITS, TOKENIZER_FILES, Corpus, DataError, is_heldout)
 from autocompress.progress import as_progress
@@ -66,9 +69,11 @@ def token_stream(
     cache_dir: str | os.PathLike | None = None,
     batch_docs: int = 256,
     progress=None,
+    log: Callable[[str], None] | None = None,
 ) -> TokenStream:
     """Tokenize ``corpus`` with the tokenizer in ``tokenizer_dir`` (cached; see the module docstring).
-    ``progress``: an ``autocompress.progress.Progress`` that gets one task, in documents (cache misses only)."""
+    ``progress``: an ``autocompress.progress.Progress`` that gets one task, in documents (cache misses only).
+    ``log``: where a corrupt cache's warning and a wait for another process go (stderr by default)."""
     by_digest = {}
     for d in corpus.docs:  # identical texts are one document (the first kind seen wins)
         by_digest.setdefault(d.digest, d)
@@ -76,10 +81,37 @@ def token_stream(
     kinds = tuple(by_digest[d].kind for d in digests)
     k = key(code_digest("autocompress.data.tokens"), corpus.digest, tokenizer_digest(tokenizer_dir))
     path = Path(cache_dir or cache_root() / "data") / k[:24] / "tokens.safetensors"
-    if path.is_file():
-        t = load_file(path)
-        return TokenStream(t["tokens"], t["offsets"], digests, kinds, path, _stored_bos(path))
+    log = log or _stderr
+    hit = _cached(path, digests, kinds, log)
+    if hit is not None:
+        return hit
+    with lock.wait_for(lock.lock_path(path.parent), f"tokens {path.parent.name}", log):
+        hit = _cached(path, digests, kinds, lambda m: None)  # written by the process we waited for
+        if hit is not None:
+            return hit
+        return _tokenize(by_digest, digests, kinds, corpus, tokenizer_dir, path, batch_docs, progress)
 
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _cached(path: Path, digests, kinds, log) -> TokenStream | None:
+    """The cached stream at ``path`` when it is there and intact, else None (a warning if damaged)."""
+    if not path.exists():
+        return None
+    try:
+        t, meta = loads(path)
+        bos = meta.get("bos", "")
+        return TokenStream(t["tokens"], t["offsets"], digests, kinds, path, int(bos) if bos else None)
+    except (Corrupt, KeyError, ValueError) as e:
+        why = str(e) if isinstance(e, Corrupt) else f"{path.name}: unexpected content"
+        log(f"warning: cached tokens at {path.parent} are corrupt ({why}); recomputing")
+        return None
+
+
+def _tokenize(by_digest, digests, kinds, corpus: Corpus, tokenizer_dir, path: Path, batch_docs: int, progress
+              ) -> TokenStream:
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
 
     sep = tok.eos_token_id if tok.eos_token_id is not None else tok.bos_token_id
@@ -98,7 +130,7 @@ def token_stream(
     offsets[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int64), 0)
     meta = {"version": DATA_VERSION, "corpus": corpus.digest, "documents": str(len(digests)),
             "description": corpus.description, "bos": "" if bos is None else str(bos)}
-    atomic_write_bytes(path, save({"tokens": tokens, "offsets": offsets}, metadata=meta))
+    atomic_write_bytes(path, dumps({"tokens": tokens, "offsets": offsets}, meta))
     return TokenStream(tokens, offsets, digests, kinds, path, bos)
 
 
@@ -106,12 +138,6 @@ def _leading_bos(tok) -> int | None:
     """The BOS id when the tokenizer puts it before every text by default, else None."""
     bos = tok.bos_token_id
     return bos if bos is not None and tok("x")["input_ids"][:1] == [bos] else None
-
-
-def _stored_bos(path: Path) -> int | None:
-    with safe_open(str(path), "pt") as f:
-        value = (f.metadata() or {}).get("bos", "")
-    return int(value) if value else None
 
 
 def pack(stream: torch.Tensor, seq_len: int, max_tokens: int | None = None, bos: int | None = None) -> torch.Tensor:

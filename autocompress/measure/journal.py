@@ -15,6 +15,11 @@ reference, a fresh *seam* reference is measured first and taken as its left neig
 (``measure_interleaved``). The caller removes the journal once it has saved the results
 (``Interleaved.close``), so a crash while it writes them loses nothing and a later call measures
 anew; a journal not written for ``MAX_AGE_S`` is not replayed, and the log says so.
+
+Each line carries the sha256 of its content (``sum``). A damaged *last* line is what a kill
+mid-append leaves: it is dropped with a warning and the lines before it are replayed. A damaged
+line with lines after it is not a torn append but a damaged file: the log warns and the journal is
+not trusted (the schedule is measured afresh).
 """
 
 from __future__ import annotations
@@ -71,6 +76,22 @@ def journal_key(models: dict, reference: str, target, workloads, limits, passes,
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
+def _line(entry: dict) -> str:
+    """One journal line: the entry and the sha256 of its canonical JSON (``sum``, checked on read)."""
+    body = json.dumps(entry, sort_keys=True)
+    return json.dumps({**entry, "sum": hashlib.sha256(body.encode()).hexdigest()[:16]}, sort_keys=True) + "\n"
+
+
+def _checked(line: str) -> dict | None:
+    """The entry of a line ``_line`` wrote, or None when it is not JSON or fails its checksum."""
+    try:
+        entry = json.loads(line)
+        got = entry.pop("sum")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return entry if hashlib.sha256(json.dumps(entry, sort_keys=True).encode()).hexdigest()[:16] == got else None
+
+
 class RunJournal:
     """``replay``: the journaled runs still to be taken, in order; ``append`` records a fresh one.
 
@@ -91,7 +112,7 @@ class RunJournal:
                     old.unlink()
             except OSError:
                 pass
-        lines = self._read()
+        lines = self._read(log)
         age = now - self.path.stat().st_mtime if lines else 0.0  # since its last run was written
         if lines and lines[0].get("key") == key and age <= MAX_AGE_S:
             self.head, runs = lines[0], lines[1:]
@@ -106,24 +127,30 @@ class RunJournal:
         self.head = {"key": key, "created": now}
         self._rewrite([self.head])
 
-    def _read(self) -> list[dict]:
+    def _read(self, log=print) -> list[dict]:
         try:
             text = self.path.read_text()
-        except OSError:
+        except (OSError, ValueError):  # unreadable, or not UTF-8 text
             return []
+        raw = text.splitlines()
         out = []
-        for ln in text.splitlines():
-            try:
-                out.append(json.loads(ln))
-            except ValueError:  # killed mid-write: the torn line and anything after it are dropped
+        for i, ln in enumerate(raw):
+            entry = _checked(ln)
+            if entry is None and i == len(raw) - 1:  # killed mid-append: the torn line is dropped
+                log(f"[measure] warning: {self.path}: its last line is truncated or damaged; dropped")
                 break
+            if entry is None:
+                log(f"[measure] warning: {self.path} is corrupt (line {i + 1} of {len(raw)}: checksum mismatch or "
+                    "not JSON); not trusted, measuring afresh")
+                return []
+            out.append(entry)
         return out
 
     def _rewrite(self, lines: list[dict]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            f.write("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+            f.write("".join(_line(x) for x in lines))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -149,7 +176,7 @@ class RunJournal:
         self.drop_rest()  # after the first fresh run nothing journaled later is reused
         e = {"model": model, "role": role, "result": result, "run": run}
         with open(self.path, "a") as f:
-            f.write(json.dumps(e, sort_keys=True) + "\n")
+            f.write(_line(e))
             f.flush()
             os.fsync(f.fileno())
         self.taken.append(e)
