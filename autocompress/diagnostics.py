@@ -8,6 +8,7 @@ them to the documented exit codes. Nothing here imports anything heavy.
 from __future__ import annotations
 
 import difflib
+import errno
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -19,6 +20,19 @@ EXIT_INTERNAL = 3  # a bug in autocompress: please report it
 EXIT_NOT_FOUND = 4  # no architecture found, but infeasibility is not proved (rounding, repair or the solver)
 EXIT_PEER = 5  # a distributed build lost a process (killed, or timed out): rerun to resume
 EXIT_MEASURE = 6  # the engine could not measure a model here (crashed, timed out, niceness refused): rerun
+EXIT_DISK_FULL = 7  # no space left on device (ENOSPC): free space and rerun; completed stages are kept
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports it: rerun the same command to resume
+
+# the commands that keep nothing to resume: an interrupt just stops them
+STATELESS_COMMANDS = ("check", "diff", "fmt")
+
+
+def interrupted_message(command: str | None) -> str:
+    """The one line a Ctrl-C (SIGINT) ends a command with, exit 130: every other command's stages
+    are cached, and a stage interrupted mid-way leaves only a temporary folder its rerun removes."""
+    if command in STATELESS_COMMANDS:
+        return "interrupted"
+    return "interrupted: rerun the same command to resume"
 
 
 @dataclass(frozen=True, order=True)
@@ -110,6 +124,16 @@ def one_of(allowed: Iterable[str]) -> str:
 
 class ImportanceFileError(ValueError):
     """An importance file given on the command line is unreadable or does not fit the parent (exit 2)."""
+
+
+class DiskFullError(OSError):
+    """No space left on device while writing ``folder``; ``need_bytes``: about how much more the
+    write needed, when the writer knew (else None). The CLI's exit 7."""
+
+    def __init__(self, folder: str, need_bytes: int | None = None):
+        super().__init__(errno.ENOSPC, "no space left on device", str(folder))
+        self.folder = str(folder)
+        self.need_bytes = need_bytes
 
 
 class MeasureError(RuntimeError):

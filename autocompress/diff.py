@@ -91,8 +91,10 @@ def run_diff(old: str | None, new: str, base: str | None = None, confine: str | 
             raise DiffError(f"{new}: exists neither in the working tree nor at {base}")
     else:
         for p in (old, new):
-            if not (os.path.lexists(p) if confine else os.path.isfile(p)):
+            if not (os.path.lexists(p) if confine else os.path.exists(p)):
                 raise FileNotFoundError(2, "no such file", p)
+            if not confine and not os.path.isfile(p):
+                raise DiffError(f"{p}: a folder, expected a .acspec file")
         old_side, new_side = _checked(old, old, None, confine), _checked(new, new, None, confine)
     d = build_diff(old_side, new_side)
     return DiffResult(d, EXIT_INVALID if new_side["status"] == "invalid" else EXIT_OK)

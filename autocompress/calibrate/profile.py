@@ -25,6 +25,7 @@ from autocompress.calibrate.margin import safety_margin
 from autocompress.catalog.hardware import resolve_device
 from autocompress.cost.machine import own_profile_path, parent_tag, this_machine
 from autocompress.cost.profile import PROFILE_DIR, Profile, load_profile
+from autocompress.diagnostics import SpecError
 from autocompress.export.gguf_convert import convert_alias, convert_gguf
 from autocompress.families.registry import engine_gap
 from autocompress.lang.model import ParentRef, Target
@@ -70,8 +71,16 @@ def run_profile(hardware: str, engine: str, out: str | os.PathLike | None = None
     if device.kind == "cpu":
         threads = threads or os.cpu_count()  # explicit, so measurements are keyed by the thread count used
     target = Target(hardware, engine, precision, precision)
+    if out is not None and Path(out).is_dir():
+        raise ProfileRunError(f"--out {out}: a folder; expected the profile file to write (a .json path)")
     kind = "gguf" if model.endswith(".gguf") else ("alias" if "/" not in model and not os.path.isdir(model) else "hf_dir")
-    parent = resolve_parent(ParentRef(kind, model), os.getcwd())
+    try:
+        parent = resolve_parent(ParentRef(kind, model), os.getcwd())
+    except SpecError as err:  # one line naming the argument, not a spec's located error
+        raise ProfileRunError(f"--model {model}: {err.diagnostics[0].message}") from None
+    if not parent.has_weights:
+        raise ProfileRunError(f"--model {model}: no weights (no .safetensors file); expected a model folder, a "
+                              ".gguf file or an alias")
     if out is None:  # where check/build/verify look first: this machine's, or this catalog GPU's, for this parent
         out = own_profile_path(device.kind, device.name, engine, parent=parent.architecture)
     tok = tokenizer_dir(kind, model, parent, progress)

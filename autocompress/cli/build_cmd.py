@@ -17,7 +17,8 @@ from autocompress.catalog.hardware import resolve_device
 from autocompress.cli import launch, verify_cmd
 from autocompress.cli.terminal import build_progress, console, print_stage_times
 from autocompress.contract import Contract, load_contract
-from autocompress.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_PEER, BuildError
+from autocompress.diagnostics import (EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_PEER, BuildError,
+                                      interrupted_message)
 from autocompress.measure import presence
 from autocompress.progress import Progress
 
@@ -38,6 +39,12 @@ def run(args) -> int:
     dist.init()
     try:
         code = build(args)
+    except KeyboardInterrupt:
+        # Ctrl-C reaches every worker of the terminal's process group: each stops as a lone build
+        # does (its stage's temporary folder removed, the stages before it cached), rank 0 says so
+        if dist.is_main():
+            sys.stderr.write(interrupted_message("build") + "\n")
+        code = EXIT_INTERRUPTED
     except Exception as err:
         if not peer_lost(err):
             raise

@@ -11,9 +11,11 @@ workers have exited, with the whole machine to itself.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import uuid
 
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -68,4 +70,10 @@ def launch_build(args) -> int:
         elastic_launch(config, sys.executable)("-m", "autocompress.cli", *worker_argv(args))
     except ChildFailedError as err:
         return exit_code({rank: f.exitcode for rank, f in err.failures.items()}, err.get_first_failure()[0])
+    except SignalException as err:
+        # the agent turns Ctrl-C into this (after stopping the workers, which saw it too): the same
+        # exit 130 and line as a build in one process (``main``)
+        if err.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise
     return 0

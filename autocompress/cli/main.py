@@ -8,6 +8,12 @@ Exit codes (documented in the README):
   4  no architecture was found, but infeasibility is not proved (``acc check``, ``acc build``)
   5  a distributed ``acc build`` lost a process (killed, or stopped answering): rerunning resumes
   6  a measurement failed (the engine worker crashed or ran past its time limit): rerunning resumes
+  7  no space left on device (ENOSPC): one line names the folder (and the space needed when known);
+     every stage writes under a temporary name, so nothing half-written is kept: free space, rerun
+130  interrupted (Ctrl-C, SIGINT): "interrupted: rerun the same command to resume" (check, diff and
+     fmt keep nothing to resume: "interrupted"); never a traceback
+A path given on the command line that is missing, a folder where a file is expected (or the
+reverse) or unreadable is one line naming it, exit 2.
 (``acc eval``: 0, or 2 for a bad argument or benchmark data that is not installed)
 
 Layering: ``acc check`` must answer in well under two seconds, and a repeated check from the
@@ -20,15 +26,19 @@ the measurement code.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
+import re
 import sys
+from pathlib import Path
 
 from autocompress import __version__
 from autocompress.cli import check_cmd, diff_cmd
 from autocompress.cli.parser import build_parser
-from autocompress.diagnostics import (EXIT_INTERNAL, EXIT_INVALID, EXIT_MEASURE, ImportanceFileError, MeasureError,
-                                      SpecError)
+from autocompress.diagnostics import (EXIT_DISK_FULL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_MEASURE,
+                                      DiskFullError, ImportanceFileError, MeasureError, SpecError,
+                                      interrupted_message)
 
 BUG_HINT = "this is a bug in autocompress {v}; please report it with the spec and this message"
 
@@ -85,6 +95,88 @@ def _eval(args) -> int:
     return eval_cmd.run(args)
 
 
+# what a path given on the command line was, when the OS refused it
+_OS_REASONS = {errno.ENOENT: "no such file or folder", errno.EISDIR: "is a folder, expected a file",
+               errno.ENOTDIR: "is not a folder (or a part of the path is a file)",
+               errno.EACCES: "permission denied: cannot be read or written", errno.EPERM: "operation not permitted"}
+
+
+def disk_full(err: BaseException) -> OSError | None:
+    """The ENOSPC error behind ``err`` (itself or one it was raised from), else None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+# a temporary name of ``cache.atomic_write_bytes`` (.NAME.XXXX.tmp) or ``cache.atomic_dir`` (.NAME.tmp-XXXX)
+_TEMPORARY = re.compile(r"^\.(?P<name>.+?)\.(?:[^./]+\.tmp|tmp-[^/]+)$")
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` with each temporary name replaced by the name it was to become."""
+    parts = Path(os.fspath(path)).parts
+    return str(Path(*[m.group("name") if (m := _TEMPORARY.match(p)) else p for p in parts])) if parts else ""
+
+
+def _write_site(err: BaseException) -> tuple[str | None, int | None]:
+    """(the file or folder being written, the bytes it was to hold) where ``err`` was raised: the
+    error's own file name, else the innermost of our frames that names one (``path``, ``final``,
+    ``tmp``, ``folder``: ``cache.atomic_write_bytes`` and ``atomic_dir`` do); a file object's write
+    error carries no name."""
+    size = None
+    tb, frames = err.__traceback__, []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    name = err.filename if isinstance(err, OSError) and err.filename else None
+    for frame in reversed(frames):
+        if not frame.f_globals.get("__name__", "").startswith("autocompress"):
+            continue
+        loc = frame.f_locals
+        if size is None and isinstance(loc.get("data"), (bytes, bytearray)):
+            size = len(loc["data"])
+        if name is None:
+            name = next((os.fspath(loc[k]) for k in ("path", "final", "tmp", "folder")
+                         if isinstance(loc.get(k), (str, os.PathLike))), None)
+        if name is not None:
+            break
+    return name, size
+
+
+def disk_full_message(err: OSError) -> str:
+    """``no space left on device writing <folder>: need about <N> MiB more`` (the size when known:
+    what the write was to hold, less what is free now that its temporary file is gone)."""
+    if isinstance(err, DiskFullError):
+        folder, need = err.folder, err.need_bytes
+    else:
+        name, size = _write_site(err)
+        folder, need = None, None
+        if name:
+            shown = shown_path(os.path.abspath(name))
+            folder = shown if os.path.isdir(shown) else os.path.dirname(shown)
+        if folder and size:
+            try:
+                st = os.statvfs(folder)
+                need = max(size - st.f_bavail * st.f_frsize, 2**20)
+            except OSError:
+                need = size
+    text = f"no space left on device writing {folder or 'a file'}"
+    if need:
+        text += f": need about {max(1, -(-need // 2**20))} MiB more"
+    return text + "; free space and rerun the same command: the stages already done are kept"
+
+
+def os_error_message(err: OSError) -> str:
+    """One line naming the path (the destination of a rename, without temporary names) and what
+    was wrong with it."""
+    what = _OS_REASONS.get(err.errno, err.strerror or type(err).__name__)
+    return f"{shown_path(err.filename2 or err.filename)}: error: {what}"
+
+
 COMMANDS = {"check": check_cmd.run, "build": _build, "fmt": _fmt, "verify": _verify, "profile": _profile,
             "diff": diff_cmd.run, "eval": _eval}
 
@@ -99,16 +191,22 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as err:
         _print_errors(err)
         return EXIT_INVALID
-    except FileNotFoundError as err:
-        sys.stderr.write(f"{err.filename}: error: no such file\n")
-        return EXIT_INVALID
     except ImportanceFileError as err:
         sys.stderr.write(f"{err}\n")
         return EXIT_INVALID
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return 130
+        # a stage interrupted mid-way leaves only its temporary folder, which the rerun removes
+        # (``build.stages``); the stages before it are cached
+        sys.stderr.write(interrupted_message(args.command) + "\n")
+        return EXIT_INTERRUPTED
     except Exception as err:  # noqa: BLE001 - the last line of defence: never a bare traceback
+        full = disk_full(err)
+        if full is not None:
+            sys.stderr.write(disk_full_message(full) + "\n")
+            return EXIT_DISK_FULL
+        if isinstance(err, OSError) and err.filename and err.errno in _OS_REASONS:
+            sys.stderr.write(os_error_message(err) + "\n")
+            return EXIT_INVALID
         if os.environ.get("ACC_DEBUG"):
             raise
         if isinstance(err, MeasureError):

@@ -41,6 +41,15 @@ def manifest_spec(folder: str | os.PathLike) -> Path | None:
     return (Path(folder).resolve().parent / m["spec"]).resolve()
 
 
+def other_spec(folder: str | os.PathLike, spec_path: str | os.PathLike) -> Path | None:
+    """The spec a marked folder names when it is not ``spec_path`` (both resolved), else None (the
+    same spec, or no manifest: a folder autocompress did not write names none)."""
+    named = manifest_spec(folder)
+    if named is None or named == Path(spec_path).resolve():
+        return None
+    return named
+
+
 def replaceable(folder: str | os.PathLike) -> tuple[bool, str]:
     """Whether a folder may be replaced at all, and why not: only a missing or empty folder, or
     one that autocompress wrote."""

@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autocompress.cache import atomic_write_text
-from autocompress.contract import Contract, as_contract
+from autocompress.contract import Contract, as_contract, load_contract
+from autocompress.diagnostics import SpecError
 from autocompress.export import gguf_convert
 from autocompress.export.card import update_measured
+from autocompress.export.manifest import other_spec
 from autocompress.families.registry import engine_gap
 from autocompress.feasibility.exact import evaluate
 from autocompress.lang.model import ParentRef
@@ -97,6 +99,32 @@ def _models(out: Path, spec, base: str, log, parent) -> dict[str, Path]:
     return models
 
 
+def _model_of(out: Path, contract: Contract):
+    """The exported model in ``out`` (``ParentInfo``), or a ``VerifyError`` naming the path when its
+    config.json is unreadable, or when it is a model of another spec: its manifest names a spec of
+    another parent, or its vocabulary is not the spec's parent's (no build of this contract makes one)."""
+    try:
+        info = resolve_parent(ParentRef("hf_dir", str(out.resolve())), contract.base)
+    except SpecError as err:
+        raise VerifyError(f"{out / 'config.json'}: not a readable model configuration: "
+                          f"{err.diagnostics[0].message}") from None
+    other = other_spec(out, contract.path)
+    if other is not None and other.is_file():
+        try:
+            theirs = load_contract(str(other)).parent.content_hash
+        except (SpecError, OSError):
+            theirs = None  # unreadable now: the vocabulary below still tells
+        if theirs is not None and theirs != contract.parent.content_hash:
+            raise VerifyError(f"{out}: built from {other.name}, whose parent is not {contract.path}'s; expected a "
+                              f"model of {contract.path} (give the spec it was built from)")
+    want, got = contract.parent.architecture.vocab_size, info.architecture.vocab_size
+    if got != want:
+        named = f" (its manifest names {other.name})" if other is not None else ""
+        raise VerifyError(f"{out}: a model with a {got}-token vocabulary{named}; {contract.path}'s parent has "
+                          f"{want}: expected a model of that spec")
+    return info
+
+
 def run_verify(out_dir: str, spec_path: str | Contract, threads: int | None = None, requests: int | None = None,
                log=print, measure: bool = True, passes: int = 1, progress=None, pairings: int = 0) -> VerifyResult:
     """``progress`` (an ``autocompress.progress.Progress``; else ``log`` gets the log lines): the engine
@@ -106,11 +134,16 @@ def run_verify(out_dir: str, spec_path: str | Contract, threads: int | None = No
     progress = as_progress(progress if progress is not None else log)
     log = progress.log
     out = Path(out_dir)
+    if not out.exists():
+        raise VerifyError(f"{out}: no exported model here (no such folder); expected acc build's output folder")
+    if not out.is_dir():
+        raise VerifyError(f"{out}: no exported model here (a file); expected acc build's output folder")
     if not (out / "config.json").is_file():
         raise VerifyError(f"{out}: no exported model here (config.json missing); run `acc build` first")
     contract = as_contract(spec_path)  # the command's, parsed and resolved once, or a spec file's path
     spec, spec_path, base = contract.spec, contract.path, contract.base
-    archs = {"model": resolve_parent(ParentRef("hf_dir", str(out.resolve())), base).architecture}
+    model = _model_of(out, contract)
+    archs = {"model": model.architecture}
     # the profile is looked up by the spec's parent (a host-CPU profile belongs to the parent it was
     # calibrated on, cost.machine.parent_tag), as the build looked it up, not by the student's shape
     derived = derive(spec, contract.parent.architecture, base)
