@@ -62,8 +62,8 @@ def holder(path: str | os.PathLike) -> dict:
 
 
 def lock_path(folder: str | os.PathLike) -> Path:
-    """A lock file for a shared cache folder whose listing must hold only its data (teacher outputs,
-    token caches): ``<tmp>/autocompress-<uid>/locks/<digest of the folder's absolute path>.lock``.
+    """The lock file of a folder whose listing must hold only its data (an output folder, teacher
+    outputs, token caches), outside it: ``<tmp>/autocompress-<uid>/locks/<digest of the folder's absolute path>.lock``.
     Processes of one user on one machine share it, which is whom ``flock`` excludes anyway."""
     name = hashlib.sha256(os.path.realpath(folder).encode()).hexdigest()[:32]
     return Path(tempfile.gettempdir()) / f"autocompress-{os.getuid()}" / "locks" / f"{name}.lock"

@@ -16,8 +16,8 @@ recipe: importance, teacher outputs, the search's measured forwards and distilla
 ``distill_dist``) are split over the ranks; rank 0 alone writes stage folders, the export, the
 evaluation and the report, and the others wait for it.
 
-Concurrent builds (``build.lock``): a build holds its output folder's lock (``.<output>.lock``
-beside it, and the baseline's) from its start to its end, so a second build of the same spec
+Concurrent builds (``build.lock``): a build holds its output folder's lock (``lock.lock_path``:
+nothing is written beside the spec, and the baseline's) from its start to its end, so a second build of the same spec
 refuses at once with exit 2, naming the first's pid; builds of other specs sharing a work folder
 or cache run side by side, each stage computed once under its own lock.
 """
@@ -97,7 +97,7 @@ def _lock_outputs(held: contextlib.ExitStack, outs: list[Path], progress: Progre
     if dist.is_main():
         try:
             for o in outs:
-                held.enter_context(lock.hold(o.parent / f".{o.name}.lock", f"output {o}", progress.log))
+                held.enter_context(lock.hold(lock.lock_path(o), f"output {o}", progress.log))
         except lock.LockBusy as e:
             busy = e
     if dist.from_main(busy is not None):

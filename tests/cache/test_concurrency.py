@@ -120,7 +120,7 @@ def test_build_refuses_when_its_output_is_locked(tmp_path, monkeypatch):
     from autocompress.progress import Progress
 
     out = tmp_path / "out" / "x"
-    holder = _python("-c", HOLD, str(out.parent / ".x.lock"), "30")
+    holder = _python("-c", HOLD, str(lock.lock_path(out)), "30")
     try:
         assert holder.stdout.readline().strip() == "held"
         monkeypatch.setattr(pipeline, "_run_build", lambda *a, **k: pytest.fail("built while locked"))
