@@ -33,8 +33,15 @@ def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
 
 
 def dumps(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
-    """The safetensors bytes of ``tensors``, with their digest in the metadata."""
-    return save(tensors, metadata={**(metadata or {}), DIGEST: tensor_digest(tensors)})
+    """The safetensors bytes of ``tensors``, with their digest in the metadata, the same bytes in
+    every process: safetensors writes the metadata in its hash map's order, which varies from one
+    process to the next, so the header is rewritten with its keys sorted (same length, same offsets)."""
+    data = save(tensors, metadata={**(metadata or {}), DIGEST: tensor_digest(tensors)})
+    n = int.from_bytes(data[:8], "little")
+    header = json.dumps(json.loads(data[8:8 + n]), sort_keys=True, separators=(",", ":")).encode()
+    if len(header) > n:  # never for safetensors' compact JSON; keep its own bytes rather than guess
+        return data
+    return data[:8] + header.ljust(n, b" ") + data[8 + n:]
 
 
 def loads(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
