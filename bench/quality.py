@@ -30,19 +30,13 @@ import argparse
 import sys
 
 from bench.lib import arms, baseline
+from bench.lib.cli import mode_parser
 
 MODES = {"arms": arms, "baseline": baseline}
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.split("\n")[2:]))
-    modes = ap.add_subparsers(dest="mode", required=True, metavar="MODE")
-    for name, mod in MODES.items():
-        mod.add_arguments(modes.add_parser(name, help=mod.__doc__.split("\n")[0],
-                                           description=mod.__doc__.split("\n")[0]))
-    return ap
+    return mode_parser("python -m bench.quality", __doc__, MODES)
 
 
 def main(argv: list[str] | None = None) -> int:
