@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autocompress.calibrate import synth
 from autocompress.calibrate.synth import designed, variants
-from autocompress.families.registry import decilm_export
+from autocompress.families.registry import uses_shared_writer
 from autocompress.ir import Architecture
 from autocompress.lang.model import Workload
 from autocompress.measure import interleave
@@ -61,7 +61,7 @@ def calibration_sets(parent: Architecture, quick: bool = False) -> tuple[list[Ar
     """(calibration, held-out) architectures: the parent first (it is also the reference every
     model is measured against), designed shapes and random variants. Quick: 4 + 2."""
     n_cal, n_held = (1, 1) if quick else (CALIBRATION_ARCHS, HELDOUT_ARCHS)
-    if not decilm_export(parent.family):  # MoE / hybrid parents: random variants of their own space
+    if not uses_shared_writer(parent.family):  # MoE / hybrid parents: random variants of their own space
         rand = variants(parent, 4 + 2 if quick else n_cal + n_held)
         k = 4 if quick else n_cal
         return rand[:k], rand[k:]

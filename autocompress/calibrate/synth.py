@@ -2,11 +2,12 @@
 
 Time and memory in an engine depend on shapes, not on weight values, so a profile (and the
 fidelity benchmark) measures exported folders with seeded random weights: each is a real
-checkpoint that stock vLLM loads, written by the same exporter as ``acc build`` (Llama format when
-homogeneous, DeciLM otherwise), with the parent's tokenizer. ``variants`` draws a reproducible
-family of architectures around a parent: hidden widths on the build's grid, removed whole layers,
-removed attention or FFN sub-blocks, per-layer KV heads and FFN widths, so the calibration sees
-the same kinds of models the search produces.
+checkpoint that stock vLLM loads, written by the same exporter as ``acc build`` (the shared writer,
+``export.writer.export_architecture``: Llama format when homogeneous, DeciLM otherwise), with the
+parent's tokenizer. ``variants`` draws a reproducible family of architectures around a parent:
+hidden widths on the build's grid, removed whole layers, removed attention or FFN sub-blocks,
+per-layer KV heads and FFN widths, so the calibration sees the same kinds of models the search
+produces.
 
 MoE and hybrid parents (Mixtral, Qwen-MoE, NemotronH) get variants from their own search space
 (``plan.space``: global Mamba2 heads and expert width, experts, and per layer only where the
@@ -20,10 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from autocompress.cache import code_digest, key
-from autocompress.export.decilm import decilm_config_from_architecture, expected_shapes, llama_config_from_architecture
-from autocompress.export.writer import export_architecture, llama_format
+from autocompress.export.writer import architecture_shapes, export_architecture
 from autocompress.families.base import family_of
-from autocompress.families.registry import decilm_export
+from autocompress.families.registry import uses_shared_writer
 from autocompress.feasibility.variants import Variant, apply
 from autocompress.ir import MLP, Architecture, Attention, Block, MoE
 from autocompress.plan.options import layer_options
@@ -134,7 +134,7 @@ def variants(parent: Architecture, n: int, seed: int = 0) -> list[Architecture]:
     """``n`` architectures: the parent itself first, then seeded random variants."""
     rng = random.Random(seed)
     out = [replace(parent, name="parent")]
-    make = variant if decilm_export(parent.family) else hybrid_variant
+    make = variant if uses_shared_writer(parent.family) else hybrid_variant
     while len(out) < n:
         out.append(make(parent, rng, f"v{len(out):02d}"))
     return out
@@ -142,7 +142,7 @@ def variants(parent: Architecture, n: int, seed: int = 0) -> list[Architecture]:
 
 def arch_key(arch: Architecture) -> str:
     parts = [arch.family, arch.vocab_size, arch.hidden_size, arch.num_heads, arch.head_dim, arch.tie_embeddings]
-    if not decilm_export(arch.family):  # every size of every block (Mamba2 heads, experts, widths)
+    if not uses_shared_writer(arch.family):  # every size of every block (Mamba2 heads, experts, widths)
         parts.append(repr(arch.blocks))
     else:
         parts += [(b.attention.kv_heads if b.attention else 0, b.ffn.width if b.ffn else 0) for b in arch.blocks]
@@ -156,12 +156,11 @@ def synthetic_folder(arch: Architecture, tokenizer_dir, root: Path, seed: int = 
     out = Path(root) / f"synth-{arch_key(arch)}"
     if (out / "config.json").is_file():
         return out
-    if not decilm_export(arch.family):
+    if not uses_shared_writer(arch.family):
         return _hybrid_folder(arch, tokenizer_dir, out, seed)
-    cfg = (llama_config_from_architecture if llama_format(arch) else decilm_config_from_architecture)(arch)
     g = torch.Generator().manual_seed(seed)
     state = {}
-    for name, shape in expected_shapes(cfg).items():
+    for name, shape in architecture_shapes(arch).items():
         if name.endswith("norm.weight"):
             state[name] = torch.ones(shape)
         else:

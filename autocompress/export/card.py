@@ -7,8 +7,10 @@ at build time) and the license, inherited from the parent (``parent_license``: G
 ``general.license``, the parent README's front matter, or its LICENSE files, which are copied).
 The block is built from the build report and the feasibility report (``card_block``, pure), kept
 in ``config.json`` (transformers keeps unknown keys as attributes and vLLM ignores them), and the
-card is rendered from that block alone (``render_card``, pure, a golden test pins it), so
-``acc verify`` can re-render it with measurements without the build's state.
+card is rendered from that block and the folder's own config.json (``render_card``, pure, a golden
+test pins it), so ``acc verify`` can re-render it with measurements without the build's state. How
+the folder loads is read off its config.json as transformers and vLLM read it (``architectures``,
+``model_type``, ``auto_map``), never from which family or format wrote it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from autocompress import __version__
 from autocompress.cache import atomic_write_text
@@ -80,7 +84,31 @@ def _yaml_str(s: str) -> str:
     return json.dumps(s)  # a JSON string is a valid YAML scalar
 
 
-def render_card(block: dict, decilm: bool) -> str:
+def _loading(config: Mapping[str, Any]) -> list[str]:
+    """The card's loading paragraph, from the exported config.json: a folder with an ``auto_map``
+    ships its own code (every heterogeneous export), one without loads through a stock class."""
+    model_class = (config.get("architectures") or ["AutoModelForCausalLM"])[0]
+    auto_map = config.get("auto_map") or {}
+    if not auto_map:
+        return [f"A plain `{model_class}` checkpoint: `vllm serve OUT`, `AutoModelForCausalLM.from_pretrained(OUT)` "
+                "and `AutoTokenizer.from_pretrained(OUT)` load it; no remote code."]
+    # A folder that ships its configuration class holds a format vLLM implements itself; one that
+    # ships only model classes over a stock configuration runs in vLLM's Transformers backend.
+    own_config = "AutoConfig" in auto_map
+    return [f"A heterogeneous {model_class.removesuffix('ForCausalLM')} (`{config.get('model_type')}`) checkpoint: its "
+            f"{'configuration and modeling code ship' if own_config else 'modeling code ships'} in this folder "
+            "(`auto_map`).", "",
+            f"- vLLM serves it {'natively' if own_config else 'through its Transformers backend'}: `vllm serve OUT "
+            "--trust-remote-code` (or `LLM(OUT, trust_remote_code=True)`).",
+            "- transformers: `AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)`.",
+            "- The tokenizer is a stock class and runs no code: `AutoTokenizer.from_pretrained(OUT, "
+            "trust_remote_code=False)` loads it without a prompt (plain `AutoTokenizer.from_pretrained(OUT)` "
+            "asks about the model's code, because transformers reads the model config first)."]
+
+
+def render_card(block: dict, config: Mapping[str, Any]) -> str:
+    """The model card of an export: ``block`` (``card_block``, ``with_measured``) and the folder's
+    config.json (``config``: only how the folder loads is read from it)."""
     c, t, lic = block["contract"], block["contract"]["target"], block["license"]
     meas = block["measured"]
     front = ["---", f"license: {lic['id'] if lic['id'] else 'other'}", "library_name: transformers",
@@ -108,18 +136,7 @@ def render_card(block: dict, decilm: bool) -> str:
         kl = "-" if s["kl"] is None else f"{s['kl']:.4f}"
         t1 = "-" if s["top1"] is None else f"{s['top1']:.1%}"
         out.append(f"| {kind} | {s['tokens']:,} | {s['parent_ppl']:.2f} | {s['ppl']:.2f} | {kl} | {t1} |")
-    out += ["", "## Loading", ""]
-    if decilm:
-        out += ["A heterogeneous DeciLM (`nemotron-nas`) checkpoint: its configuration and modeling code ship in this "
-                "folder (`auto_map`).", "",
-                "- vLLM serves it natively: `vllm serve OUT --trust-remote-code` (or `LLM(OUT, trust_remote_code=True)`).",
-                "- transformers: `AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)`.",
-                "- The tokenizer is a stock class and runs no code: `AutoTokenizer.from_pretrained(OUT, "
-                "trust_remote_code=False)` loads it without a prompt (plain `AutoTokenizer.from_pretrained(OUT)` "
-                "asks about the model's code, because transformers reads the model config first)."]
-    else:
-        out += ["A plain `LlamaForCausalLM` checkpoint: `vllm serve OUT`, `AutoModelForCausalLM.from_pretrained(OUT)` "
-                "and `AutoTokenizer.from_pretrained(OUT)` load it; no remote code."]
+    out += ["", "## Loading", ""] + _loading(config)
     out += ["", "## License", ""]
     if lic["id"]:
         out.append(f"Inherited from the parent: **{lic['id']}** (read from {lic['source']}). A compressed model is "
@@ -140,7 +157,7 @@ def write_card(out: Path, block: dict, license_files=()) -> None:
     atomic_write_text(cfg_path, json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     for f in license_files:
         shutil.copy2(f, Path(out) / Path(f).name)
-    atomic_write_text(Path(out) / "README.md", render_card(block, cfg.get("model_type") == "nemotron-nas"))
+    atomic_write_text(Path(out) / "README.md", render_card(block, cfg))
 
 
 def update_measured(out: Path, verify: dict) -> bool:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from autocompress.families.llama.config import ffn_mult_to_intermediate_size
 from autocompress.ir import MLP, Architecture, Attention
-from autocompress.parents.hf_config import ffn_mult_to_intermediate_size
 
 if TYPE_CHECKING:
     import torch

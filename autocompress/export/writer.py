@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from autocompress.cache import atomic_dir, atomic_write_json
 from autocompress.data.corpus import TOKENIZER_FILES as TOKENIZING_FILES
-from autocompress.export.decilm import (check_decilm_servable, checked_tensors, decilm_config_from_architecture, llama_config_from_architecture)
+from autocompress.export.decilm import (check_decilm_servable, checked_tensors, decilm_config_from_architecture, expected_shapes, llama_config_from_architecture)
 from autocompress.export.manifest import MANIFEST, manifest_dict, replaceable
 from autocompress.ir import Architecture
 from autocompress.modeling import register as modeling
@@ -191,6 +191,13 @@ def llama_format(arch: Architecture) -> bool:
     b0 = arch.blocks[0]
     return (arch.is_homogeneous() and b0.attention is not None and b0.ffn is not None
             and arch.hidden_size % arch.num_heads == 0)
+
+
+def architecture_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor ``export_architecture`` takes for ``arch``, in the format it
+    picks (``llama_format``): what a model with random weights (``calibrate.synth``) must hold."""
+    build = llama_config_from_architecture if llama_format(arch) else decilm_config_from_architecture
+    return expected_shapes(build(arch))
 
 
 def export_architecture(

@@ -1,1 +1,2 @@
-"""The build families: each parent family's torch side behind one seam (``registry``, ``base``)."""
+"""Each parent family in one place: its config reader (torch-free, ``readers``) and its torch side
+behind one seam (``registry``, ``base``)."""

@@ -9,11 +9,12 @@ build log). ``NOT_BUILT`` lists the families ``acc check`` reads but ``acc build
 compress yet, with the reason: ``acc check`` warns at the spec's ``model`` line, and ``acc
 build`` stops there with exit 2 before any work (``require_buildable``).
 
-A new family adds one row here and one package under ``families/`` whose ``family`` module has a
-``FAMILY`` object; ``tests/families/test_registry.py`` checks that the rows cover every family the
-parsers accept, and that every module's ``FAMILY`` has the row's name. Generic code (the search
-space, calibration) asks a row what it needs (``decilm``, ``attention_kept``), never a family's
-name.
+A new family adds one row here, its config reader's row in ``readers``, and one package under
+``families/`` with that reader (``config``, torch-free) and a ``family`` module with a ``FAMILY``
+object; ``tests/families/test_registry.py`` checks that the rows cover every family the parsers
+accept, and that every module's ``FAMILY`` has the row's name. Generic code (the search space,
+calibration) asks a row what it needs (``shared_writer``, ``attention_kept``), never a family's
+name (``tests/families/test_family_names.py``).
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ class FamilyEntry:
     fixed_axes: tuple[str, ...]  # search axes (``lang.model.AXES``) this family cannot vary
     global_sizes: tuple[str, ...]  # one size for every layer, swept as variants: "mamba", "expert_width"
     limits: tuple[tuple[str, str, str], ...]  # (axis, "per layer" | "global" | "fixed", why): the build log
-    # exported as Llama, or DeciLM ``block_configs``, by the shared writer (``export.decilm``): vLLM's
-    # DeciLM loader needs layer 0's first executed sub-block to be attention, and the search space's
-    # defaults are this format's (every axis per layer), so its ``limits`` add nothing to the derivation
-    decilm: bool = False
+    # exported from the IR alone by the shared writer (``export.writer.export_architecture``: Llama when
+    # homogeneous, DeciLM ``block_configs`` otherwise): vLLM's DeciLM loader needs layer 0's first
+    # executed sub-block to be attention, and the search space's defaults are this format's (every axis
+    # per layer), so its ``limits`` add nothing to the derivation
+    shared_writer: bool = False
     kept_attention: tuple[KeptAttention, ...] = ()  # the first rule whose engine matches applies
 
     def attention_kept(self, engine: str) -> KeptAttention | None:
@@ -60,7 +62,7 @@ LLAMA = FamilyEntry(
     "llama", "families.llama.family", "Llama (homogeneous) or DeciLM (nemotron-nas)", False, (), (), (
         ("hidden", "global", "one residual width in every format"),
         ("kv_heads, ffn, attention/FFN removal", "per layer", "DeciLM block_configs"),
-    ), decilm=True)
+    ), shared_writer=True)
 
 _NATIVE_LIMITS = (
     ("hidden", "global", "one residual width in every format"),
@@ -127,10 +129,10 @@ BUILD_FAMILIES: dict[str, FamilyEntry] = {
     "qwen3_moe": QWEN3_MOE,
     "nemotron_h": NEMOTRON_H,  # also nemotron_h_puzzle configs: the IR family of both
     "gemma3_text": GEMMA3,
-    "gemma3": GEMMA3,  # the GGUF architecture name (parents/gguf_meta.py gives its IR the family gemma3_text)
+    "gemma3": GEMMA3,  # the GGUF architecture name (families/gemma3/config.py gives its IR the family gemma3_text)
 }
 
-# Parsed by ``acc check`` (parents/hf_config.py, parents/gguf_meta.py), not compressed by ``acc build``.
+# Parsed by ``acc check`` (``readers``), not compressed by ``acc build``.
 NOT_BUILT: dict[str, str] = {
     "qwen2": "its q/k/v biases are not in the functional forward yet",
     "qwen3": "its q/k norms are not in the Llama forward yet",
@@ -161,10 +163,10 @@ def entry(family: str) -> FamilyEntry | None:
     return BUILD_FAMILIES.get(family)
 
 
-def decilm_export(family: str) -> bool:
-    """Whether ``acc build`` writes ``family``'s models with the shared Llama / DeciLM writer."""
+def uses_shared_writer(family: str) -> bool:
+    """Whether ``acc build`` writes ``family``'s models with the shared writer (``FamilyEntry.shared_writer``)."""
     e = BUILD_FAMILIES.get(family)
-    return e is not None and e.decilm
+    return e is not None and e.shared_writer
 
 
 def not_buildable(family: str) -> str | None:

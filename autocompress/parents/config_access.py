@@ -1,5 +1,5 @@
 """Typed, checked access to a Hugging Face ``config.json`` (``Cfg``) and the helpers every family's
-builder (``hf_config``) shares: heads, sliding windows, activation names, the final IR. Every
+reader (``families/<name>/config.py``) shares: heads, sliding windows, activation names, the final IR. Every
 failure is a ``ConfigError`` naming the offending key and what it must hold, never the value found:
 the file is the user's (or, for a spec from a pull request, anyone's), and a message that quoted it
 would carry its contents into a review comment.
@@ -135,5 +135,3 @@ def arch(c: Cfg, family: str, blocks: list[Block], hidden: int, heads: int, head
 def act(c: Cfg, key: str, default: str) -> str:
     return c.str(key, default)
 
-
-# ---- builders ---------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ count and KV count (``uint64`` since v2, ``uint32`` in v1), then the KV pairs (`
 Strings are a length (``uint64``, v1 ``uint32``) followed by UTF-8 bytes.
 
 ``architecture_from_gguf`` turns llama.cpp's metadata keys (``{arch}.block_count`` ...) into the
-IR for the architectures we can serve: llama (SmolLM2, Mistral), qwen2, qwen3, gemma3.
+IR: the keys every architecture shares give Llama blocks, and the family's reader
+(``families.readers.GGUF_READERS``, keyed by ``general.architecture``) adds what is its own.
 
 Errors name the key or the place (an offset) and what was expected, never a value, a name or
 bytes read from the file: a spec may name any file, and its errors reach review comments.
@@ -27,6 +28,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
+from autocompress.families.readers import GGUF_READERS
 from autocompress.ir import MLP, Architecture, Attention, Block
 
 GGUF_MAGIC = b"GGUF"
@@ -233,13 +235,6 @@ def read_gguf(path: str | Path) -> GGUFHeader:
 
 # ---- GGUF metadata -> IR ---------------------------------------------------------------------
 
-# llama.cpp architecture names whose blocks are plain pre-norm attention + gated MLP.
-GGUF_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
-# Gemma3 in llama.cpp: every 6th layer is global, the rest use the sliding window (hard-coded
-# there as in transformers' default sliding_window_pattern).
-_GEMMA3_PATTERN = 6
-
-
 def _key(meta: dict[str, Any], key: str, default: Any = None, required: bool = True) -> Any:
     if key in meta:
         return meta[key]
@@ -257,9 +252,12 @@ def _count(meta: dict[str, Any], key: str, default: int | None = None, minimum: 
 
 
 def architecture_from_gguf(header: GGUFHeader, name: str = "") -> Architecture:
+    """The IR of a GGUF file: the shared keys read here as Llama blocks, then the architecture's
+    family reader (``GGUF_READERS``) with the sliding window, if any."""
     arch = header.architecture
-    if arch not in GGUF_ARCHS:
-        raise GGUFError(f"unsupported GGUF architecture (general.architecture): supported are {', '.join(GGUF_ARCHS)}")
+    reader = GGUF_READERS.get(arch)
+    if reader is None:
+        raise GGUFError(f"unsupported GGUF architecture (general.architecture): supported are {', '.join(GGUF_READERS)}")
     m = header.metadata
     layers = _count(m, f"{arch}.block_count")
     hidden = _count(m, f"{arch}.embedding_length")
@@ -286,30 +284,22 @@ def architecture_from_gguf(header: GGUFHeader, name: str = "") -> Architecture:
     window = m.get(f"{arch}.attention.sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
         raise GGUFError(f"GGUF metadata '{arch}.attention.sliding_window' must be an integer >= 0")
-    activation = "gelu_pytorch_tanh" if arch == "gemma3" else "silu"  # transformers' name, as config.json
-    blocks = []
-    for i in range(layers):
-        sw = None
-        if arch == "gemma3" and window and (i + 1) % _GEMMA3_PATTERN != 0:
-            sw = int(window)
-        blocks.append(Block(Attention(heads, kv_list[i], head_dim, sw), MLP(ffn, True, activation)))
+    blocks = tuple(Block(Attention(heads, kv_list[i], head_dim), MLP(ffn, True, "silu")) for i in range(layers))
     notes = [f"from GGUF v{header.version} metadata ({len(header.tensors)} tensors)"]
     if isinstance(m.get("general.file_type"), int):
         notes.append(f"GGUF file type {m['general.file_type']}")
     if isinstance(m.get(f"{arch}.rope.freq_base"), (int, float)):
         notes.append(f"rope theta {m[f'{arch}.rope.freq_base']:g}")
-    gemma = arch == "gemma3"
-    return Architecture(
-        family="gemma3_text" if gemma else arch,  # the family of the converted folder's config.json
+    plain = Architecture(
+        family=arch,  # llama.cpp's name; a family reader that converts to another model_type says so
         vocab_size=vocab,
         hidden_size=hidden,
         num_heads=heads,
         head_dim=head_dim,
         tie_embeddings="output.weight" not in header.tensor_names(),
-        blocks=tuple(blocks),
+        blocks=blocks,
         max_position=_count(m, f"{arch}.context_length", 8192),
         name=name or str(m.get("general.name", "")),
         notes=tuple(notes),
-        post_norms=gemma,
-        qk_norm=gemma,
     )
+    return reader(plain, window)

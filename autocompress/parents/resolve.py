@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autocompress.diagnostics import Diagnostic, SpecError, did_you_mean, one_of
+from autocompress.families.readers import CONFIG_READERS
 from autocompress.ir import Architecture
 from autocompress.parents.aliases import ALIASES
 from autocompress.parents.confine import HINT as CONFINE_HINT
 from autocompress.parents.confine import outside
 from autocompress.parents.gguf_meta import GGUFError, architecture_from_gguf, read_gguf
-from autocompress.parents.hf_config import FAMILIES, ConfigError, architecture_from_config
+from autocompress.parents.hf_config import ConfigError, architecture_from_config
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
@@ -125,7 +126,7 @@ def _from_config(path: Path, fail, has_weights: bool) -> ParentInfo:
     except ConfigError as e:
         hint = e.hint
         if e.key == "model_type" and isinstance(config, dict) and isinstance(config.get("model_type"), str):
-            hint = did_you_mean(config["model_type"], FAMILIES) or "autocompress reads the families listed"
+            hint = did_you_mean(config["model_type"], CONFIG_READERS) or "autocompress reads the families listed"
         raise fail(str(e), hint, "parent-config") from None
     digest = "sha256:" + hashlib.sha256(raw).hexdigest()
     return ParentInfo(arch, "config", path, digest, arch.summary(), has_weights, None, "hf")

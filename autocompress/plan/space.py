@@ -105,7 +105,7 @@ def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tupl
         step = max(1, e_max // 16)
         experts = tuple(sorted({e for e in range(e_max, k - 1, -step)} | {e_max}, reverse=True))
         why.append(("expert choices", ", ".join(map(str, experts)), f"steps of {step} from {e_max} down to top-k {k}"))
-    if fam is not None and not fam.decilm:
+    if fam is not None and not fam.shared_writer:
         for axis, scope, reason in fam.limits:
             why.append((f"{fam.name}: {axis}", scope, reason))
     mamba_heads: tuple[int, ...] = ()
@@ -128,7 +128,7 @@ def derive_space(parent: Architecture, engine: str, device_kind: str, axes: tupl
         every = rule.layers == "every"
         kept_attention = tuple(parent.attention_layers() if every else parent.attention_layers()[:1])
         why.append(("attention kept", "every layer" if every else f"layer {kept_attention[0]}", rule.why))
-    first = engine == "vllm" and (fam is None or fam.decilm)
+    first = engine == "vllm" and (fam is None or fam.shared_writer)
     if first:
         why.append(("layer 0 attention", "kept",
                     "vLLM's DeciLM loader crashes when layer 0's first executed sub-block is not attention"))

@@ -74,7 +74,7 @@ def test_importance_and_teacher_keys_ignore_other_stages(tree, pattern):
     ("families/gemma3/load.py", {("gemma3", "importance"), ("gemma3", "teacher")}),  # the parent loader
     ("families/llama/load.py", {("llama", "importance"), ("llama", "teacher")}),  # the parent loader
     ("families/checkpoint.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),
-    ("parents/hf_config.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),
+    ("parents/config_access.py", {(f, s) for f in FAMILIES for s in ("importance", "teacher")}),  # every config reader
     ("prune/importance.py", {("llama", "importance"), ("gemma3", "importance")}),
     ("prune/permute.py", {("llama", "importance"), ("gemma3", "importance")}),
     ("data/teacher.py", {("llama", "teacher"), ("gemma3", "teacher")}),

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from autocompress.export.card import card_block, parent_license, render_card, with_measured, write_card
+from autocompress.modeling.register import DECILM_AUTO_MAP, GEMMA3_ARCHITECTURE, GEMMA3_AUTO_MAP
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -30,6 +31,9 @@ CHECK = {"parent": {"name": "smollm2-135m", "description": "SmolLM2-135M-Instruc
          "target": {"hardware": "cpu", "engine": "vllm", "weight_precision": "fp32", "kv_precision": "fp32",
                     "tensor_parallel": 1, "memory_limit_bytes": 3221225472}}
 LICENSE = {"id": "apache-2.0", "source": "GGUF metadata general.license", "files": []}
+# the folder's config.json as the exporters write it: how the card says the folder loads
+DECILM = {"model_type": "nemotron-nas", "architectures": ["DeciLMForCausalLM"], "auto_map": DECILM_AUTO_MAP}
+LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
 VERIFY = {"status": "measured", "engine": "vllm", "host": "x86_64, 2 cores", "created": "2026-12-01 10:40 UTC",
           "bounds": [{"name": "ask.tpot", "measured": 0.0627, "pass": True},
                      {"name": "memory", "measured": 2.9e9, "pass": True}]}
@@ -58,14 +62,22 @@ def test_card_block_states_parent_contract_costs_quality_license():
 
 def test_card_golden_before_and_after_verify():
     b = {**card_block(BUILD, CHECK, LICENSE), "autocompress": "0.0.test"}  # the golden outlives a version bump
-    _golden("card-decilm.md", render_card(b, decilm=True))
-    _golden("card-decilm-verified.md", render_card(with_measured(b, VERIFY), decilm=True))
-    llama = render_card(b, decilm=False)
+    _golden("card-decilm.md", render_card(b, DECILM))
+    _golden("card-decilm-verified.md", render_card(with_measured(b, VERIFY), DECILM))
+    llama = render_card(b, LLAMA)
     assert "trust_remote_code" not in llama and "AutoTokenizer.from_pretrained(OUT)" in llama
 
 
+def test_card_says_how_any_format_loads_from_its_config():
+    gemma = render_card(card_block(BUILD, CHECK, LICENSE), {"model_type": "gemma3_text", "auto_map": GEMMA3_AUTO_MAP,
+                                                           "architectures": [GEMMA3_ARCHITECTURE]})
+    assert "its modeling code ships in this folder" in gemma and "Transformers backend" in gemma
+    assert "A plain `Gemma3ForCausalLM` checkpoint" in render_card(card_block(BUILD, CHECK, LICENSE),
+                                                                   {"architectures": ["Gemma3ForCausalLM"]})
+
+
 def test_write_card_keeps_the_config_and_copies_license_files(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "nemotron-nas", "hidden_size": 512}))
+    (tmp_path / "config.json").write_text(json.dumps({**DECILM, "hidden_size": 512}))
     lic = tmp_path / "src"
     lic.mkdir()
     (lic / "LICENSE").write_text("terms")

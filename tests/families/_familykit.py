@@ -8,11 +8,9 @@ the loaders read exactly what users' checkpoints hold.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "export"))
+from _buildkit import make_project as make_llama_project  # tests/compress: the data files and a Llama parent
 
 VOCAB = 512
 COMMON = dict(vocab_size=VOCAB, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
@@ -104,9 +102,6 @@ def make_project(root: Path, family: str, factor: float = 0.95, **over) -> Path:
     """parent/ (a tiny random ``family`` parent), data/ and spec.acspec under ``root``; the TPOT bound
     is ``factor`` times the parent's predicted TPOT, so the parent misses the contract (tiny models'
     step time is mostly per-layer overhead: only removing layers moves it much)."""
-    sys.path.insert(0, str(HERE.parent / "compress"))
-    from _buildkit import make_project as make_llama_project
-
     make_llama_project(root)  # the data files and a Llama parent, replaced below
     import shutil
 

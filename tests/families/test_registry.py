@@ -10,14 +10,9 @@ import pytest
 
 from autocompress.cli import main as cli
 from autocompress.families.registry import BUILD_FAMILIES, NOT_BUILT, buildable_names, not_buildable
-from autocompress.parents.gguf_meta import GGUF_ARCHS
-from autocompress.parents.hf_config import FAMILIES, architecture_from_config
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "parents"))
-from test_parent_hf_config import MINIMAL  # noqa: E402
+from autocompress.families.readers import CONFIG_READERS, GGUF_READERS
+from autocompress.parents.hf_config import architecture_from_config
+from test_parent_hf_config import MINIMAL  # tests/parents: on the path (pyproject's pytest pythonpath)
 
 SPEC = """model "config.json"
 target {
@@ -36,8 +31,8 @@ output "out/x"
 
 
 def test_every_parsed_family_is_built_or_says_why_not():
-    ir_families = {architecture_from_config(cfg).family for cfg in MINIMAL.values()} | set(GGUF_ARCHS)
-    assert set(MINIMAL) == set(FAMILIES)
+    ir_families = {architecture_from_config(cfg).family for cfg in MINIMAL.values()} | set(GGUF_READERS)
+    assert set(MINIMAL) == set(CONFIG_READERS)
     assert ir_families <= set(BUILD_FAMILIES) | set(NOT_BUILT)
     assert not set(BUILD_FAMILIES) & set(NOT_BUILT)
     assert set(NOT_BUILT) <= ir_families  # no stale rows
@@ -89,11 +84,13 @@ BUILD_SIDE = ("autocompress.build.", "autocompress.data.", "autocompress.search.
 
 
 def test_the_check_path_does_not_follow_the_build_side():
-    """``acc check`` reads the registry but runs no family's torch side: its cache key (the code
-    it runs) must not change when a build module does."""
+    """``acc check`` reads the registry and the families' config readers (torch-free) but runs no
+    family's torch side: its cache key (the code it runs) must not change when a build module does."""
     from autocompress.cache import code_modules
 
+    readers = {f.__module__ for table in (CONFIG_READERS, GGUF_READERS) for f in table.values()}
+    check_side = ({"autocompress.families.registry", "autocompress.families.readers"} | readers
+                  | {m.rpartition(".")[0] for m in readers})  # each reader's package: a docstring only
     mods = code_modules("autocompress.check")
-    assert "autocompress.families.registry" in mods
-    assert not [m for m in mods if m.startswith(BUILD_SIDE)
-                and m != "autocompress.families.registry"]
+    assert {"autocompress.families.registry", "autocompress.families.readers"} <= set(mods)
+    assert not [m for m in mods if m.startswith(BUILD_SIDE) and m not in check_side]

@@ -1,4 +1,4 @@
-"""config.json -> IR: the family registry, real configs' parameter counts, and each family's rules."""
+"""config.json -> IR: the readers table, real configs' parameter counts, and each family's rules."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from autocompress.families.llama.config import ffn_mult_to_intermediate_size
+from autocompress.families.readers import CONFIG_READERS
 from autocompress.ir import MLP, Attention, Mamba2, MoE
-from autocompress.parents.hf_config import (FAMILIES, ConfigError, architecture_from_config, ffn_mult_to_intermediate_size)
+from autocompress.parents.hf_config import ConfigError, architecture_from_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
@@ -49,7 +51,7 @@ MINIMAL = {
 
 
 def test_registry_is_complete():
-    assert set(MINIMAL) == set(FAMILIES)
+    assert set(MINIMAL) == set(CONFIG_READERS)
     for model_type, cfg in MINIMAL.items():
         arch = architecture_from_config(cfg)
         assert arch.num_layers == 4 and arch.params() > 0, model_type
@@ -59,7 +61,7 @@ def test_every_example_config_is_a_registered_family():
     files = sorted(CONFIGS.glob("*.json"))
     assert len(files) >= 9
     for f in files:
-        assert load(f.name)["model_type"] in FAMILIES, f.name
+        assert load(f.name)["model_type"] in CONFIG_READERS, f.name
         architecture_from_config(load(f.name))
 
 

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from autocompress.families import checkpoint as ck
+from autocompress.families.llama.config import ffn_mult_to_intermediate_size
 from autocompress.ir import MLP, Architecture, Attention, Block
 from autocompress.nn.hybrid import HybridConfig, pn
-from autocompress.parents.hf_config import ffn_mult_to_intermediate_size
 
 # canonical sub-name -> Llama name (``model.layers.{i}.<name>.weight``), by the sub-block holding it
 _ATTN = {"mixer_norm": "input_layernorm", "q": "self_attn.q_proj", "k": "self_attn.k_proj",

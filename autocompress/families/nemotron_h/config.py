@@ -1,4 +1,4 @@
-"""NemotronH and NemotronH-Puzzle ``config.json`` -> ``Architecture``.
+"""NemotronH and NemotronH-Puzzle ``config.json`` -> ``Architecture``, torch-free (``acc check`` reads it).
 
 Three ways a NemotronH config states its layers, all read here:
 
