@@ -14,11 +14,11 @@ from pathlib import Path
 from autocompress.build import runoff
 from autocompress.build.prepare import Prepared
 from autocompress.build.settings import BuildSettings
-from autocompress.build.shortlist import short_distill_choice, validation_rows
+from autocompress.build.shortlist import Entrant, short_distill_choice, validation_rows
 from autocompress.build.stages import run_stage, stage_key
 from autocompress.ir import Architecture
 from autocompress.search.config import search_key_parts
-from autocompress.search.context import SearchOutcome
+from autocompress.search.context import Finalist, SearchOutcome
 from autocompress.search.strategy import SearchInputs, choose_architecture, search_context
 
 
@@ -50,31 +50,34 @@ def student_maker(p: Prepared):
     return make
 
 
-def distil_round(p: Prepared, strat: BuildSettings, finalists: list[dict], archs: list[Architecture],
-                 picked: list[int], steps: int, name: str) -> dict:
+def distil_round(p: Prepared, strat: BuildSettings, finalists: tuple[Finalist, ...], picked: list[int], steps: int,
+                 name: str) -> dict:
     """One round of short distillations (``shortlist.short_distill_choice``) of the finalists
     ``picked`` for ``steps`` steps each, as a cached stage: the shortlist's first round (``name``
-    "shortlist") or a runoff ("runoff").
+    "shortlist") or a runoff ("runoff"); the result is the stage's ``shortlist.json``.
     Keyed like distillation, by what it reads (the architectures in order, the permuted weights,
     the teacher outputs, the recipe), not by the search that listed them or its names for them,
     so two strategies' equal runoff entrants are distilled once; the rows carry this search's
-    names and KLs."""
+    names and KLs (as its ``architecture.json`` lists them)."""
+    listed = [finalists[i].to_json() for i in picked]
+    entrants = [Entrant(f["name"], f["kl"], finalists[i].record.arch) for f, i in zip(listed, picked)]
+
     def body(tmp: Path, partial: Path) -> dict:
-        res = short_distill_choice([{**finalists[i], "arch": archs[i]} for i in picked], student_maker(p), p.teacher,
-                                   p.data.train, replace(strat, finalist_steps=steps), partial, p.progress)
+        res = short_distill_choice(entrants, student_maker(p), p.teacher, p.data.train,
+                                   replace(strat, finalist_steps=steps), partial, p.progress)
         (tmp / "shortlist.json").write_text(json.dumps(res, indent=1))
         return {"chosen": res["chosen"]}
 
     key = stage_key(name, ("autocompress.build.shortlist", *p.family.code["distill"]), p.importance.key,
-                    p.teacher_key, json.dumps([finalists[i]["architecture"] for i in picked], sort_keys=True),
+                    p.teacher_key, json.dumps([f["architecture"] for f in listed], sort_keys=True),
                     json.dumps((steps, strat.batch, strat.lr, strat.seed, validation_rows(p.data.train.shape[0]))))
     # the first round's folder names its strategy (the build log's line); a runoff's does not
     folder = f"shortlist-{strat.strategy}" if name == "shortlist" else name
     tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
     st = p.timed(f"{name}{tag}", lambda: run_stage(p.work, folder, key, body, p.progress.log))
     res = json.loads((st.path / "shortlist.json").read_text())
-    for row, i in zip(res["finalists"], picked):
-        row.update(name=finalists[i]["name"], kl_search=finalists[i]["kl"])
+    for row, f in zip(res["finalists"], listed):
+        row.update(name=f["name"], kl_search=f["kl"])
     return res
 
 
@@ -84,23 +87,22 @@ def shortlist(p: Prepared, strat: BuildSettings, outcome: SearchOutcome) -> tupl
     chosen, as the report's JSON with the shortlist's table; the architecture). One finalist: the
     search's choice."""
     chosen = outcome.to_json()
-    if strat.finalists <= 1 or len(outcome.finalists) <= 1:
+    finalists = outcome.finalists
+    if strat.finalists <= 1 or len(finalists) <= 1:
         return chosen, outcome.arch
-    finalists = chosen["finalists"]
-    archs = [f.record.arch for f in outcome.finalists]
-    res = distil_round(p, strat, finalists, archs, list(range(len(finalists))), strat.finalist_steps, "shortlist")
+    res = distil_round(p, strat, finalists, list(range(len(finalists))), strat.finalist_steps, "shortlist")
     picked = runoff.entrants(res, strat.runoff_margin)
     if picked:
-        p.progress.log(f"[runoff] {finalists[picked[0]]['name']} and {finalists[picked[1]]['name']} are within "
+        p.progress.log(f"[runoff] {finalists[picked[0]].name} and {finalists[picked[1]].name} are within "
                        f"{strat.runoff_margin:.0%} after {strat.finalist_steps} steps: both distilled again for "
                        f"{strat.runoff_steps}")
-        second = distil_round(p, strat, finalists, archs, picked, strat.runoff_steps, "runoff")
+        second = distil_round(p, strat, finalists, picked, strat.runoff_steps, "runoff")
         res = runoff.merge(res, second, picked, strat.runoff_margin)
     pick = finalists[res["chosen"]]
     how = runoff.describe(res)
     p.progress.log(f"[shortlist] {how}")
-    return {**chosen, "architecture": pick["architecture"], "how": how, "how_search": chosen.get("how"),
-            "shortlist": res}, archs[res["chosen"]]
+    return {**chosen, "architecture": pick.record.to_json(), "how": how, "how_search": chosen.get("how"),
+            "shortlist": res}, pick.record.arch
 
 
 __all__ = ["distil_round", "search", "shortlist", "student_maker"]

@@ -124,7 +124,7 @@ def _run_build(contract: Contract, out: Path, b_out: Path | None, work_dir: str 
                                                         progress.log))
     parent_quality = json.loads((pq.path / "quality.json").read_text())
 
-    def make(strat: BuildSettings, target: Path) -> tuple[dict, object, dict, dict]:
+    def make(strat: BuildSettings, target: Path) -> tuple[dict, Architecture, dict, dict]:
         tag = "" if strat.strategy == p.settings.strategy else f" ({strat.strategy})"
         chosen, arch = shortlist(p, strat, search(p, strat))
         # distillation is keyed by what it reads (the architecture, the permuted weights, the
@@ -174,7 +174,8 @@ def _evaluate(p: Prepared, parent_quality: dict, target: Path, strat: BuildSetti
     key = stage_key("evaluate", ("autocompress.evaluate.heldout", *p.family.code["teacher"]), model_digest(target),
                     p.data_key, str(strat.eval_rows), str(strat.batch), str(strat.topk), humaneval_key())
     st = run_stage(p.work, f"evaluate-{strat.strategy}", key, evaluate_stage, p.progress.log)
-    return compared(parent_quality, json.loads((st.path / "quality.json").read_text()))
+    return compared(parent_quality, json.loads((st.path / "quality.json").read_text()), p.data.heldout_sets,
+                    p.data.heldout_missing)
 
 
 def _preflight(contract: Contract, work: Path, progress: Progress, force: bool, no_calibrate: bool) -> None:

@@ -16,7 +16,7 @@ contract distilled 20 steps, KL before picked the model of best code perplexity 
 the four example contracts (code-5070: perplexity 148 where another candidate reached 75): what
 recovers with training is not what is closest before it.
 
-Resumable: each finalist's result is written to the stage's partial folder as it completes, its
+Resumable: each finalist's result is written (atomically) to the stage's partial folder as it completes, its
 distillation checkpoints beside it, so a killed build measures only the rest. Orchestration: the
 tensor math is ``distill.distill`` and ``teacher.topk_kl``.
 """
@@ -31,9 +31,11 @@ from pathlib import Path
 
 import torch
 
+from autocompress.cache import atomic_write_json
 from autocompress.train.distill import DistillConfig, distill
 from autocompress.build.stages import crash_point
-from autocompress.data.teacher import logits_of, topk_kl
+from autocompress.data.teacher import TeacherCache, logits_of, topk_kl
+from autocompress.ir import Architecture
 
 EVAL_BATCH = 4  # validation rows per forward: bounds the logits' memory (rows x seq x vocab floats)
 
@@ -46,9 +48,18 @@ def validation_rows(n: int) -> int:
 
 
 @dataclass(frozen=True)
+class Entrant:
+    """A finalist the short distillation measures (``search.context.Finalist``, as the search listed it)."""
+
+    name: str
+    kl: float | None  # KL to the parent before distillation on the search's selection rows, as listed
+    arch: Architecture
+
+
+@dataclass(frozen=True)
 class _FirstRows:
     """The teacher outputs of the first ``rows`` training rows: what the short distillations may read."""
-    teacher: object
+    teacher: TeacherCache
     rows: int
 
     def get(self, rows):
@@ -68,14 +79,31 @@ def validation_kl(model: torch.nn.Module, train_rows: torch.Tensor, teacher, fir
     return total / positions
 
 
-def short_distill_choice(finalists: list[dict], make_student, teacher, train_rows: torch.Tensor, settings,
-                         partial: Path, progress) -> dict:
+def _measured(done: Path, log) -> dict | None:
+    """The row a finalist's earlier measurement left at ``done``, or None: none there, or one that
+    cannot be read (truncated by a copy, a bad sector), which is said and measured again rather
+    than loaded."""
+    try:
+        row = json.loads(done.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log(f"warning: the shortlist's record {done} is unreadable ({type(e).__name__}); measuring that finalist again")
+        return None
+    if not (isinstance(row, dict) and isinstance(row.get("kl_after"), (int, float))):
+        log(f"warning: the shortlist's record {done} is not a finalist's row; measuring that finalist again")
+        return None
+    return row
+
+
+def short_distill_choice(finalists: list[Entrant], make_student, teacher: TeacherCache, train_rows: torch.Tensor,
+                         settings, partial: Path, progress) -> dict:
     """The shortlist's result: every finalist's KL on the validation rows before and after its short
     distillation, and the index of the chosen one.
 
-    ``finalists``: the search's list (``name``, ``kl`` before distillation on the search's selection
-    rows, ``arch``: the IR architecture); ``make_student(arch)``: a fresh student module with the
-    parent's weights sliced to ``arch``; ``partial``: the stage's folder that survives a crash."""
+    ``finalists``: the search's, in its order; ``make_student(arch)``: a fresh student module with
+    the parent's weights sliced to ``arch``; ``partial``: the stage's folder that survives a crash.
+    The result is the stage's ``shortlist.json`` (JSON: the runoff and the report read it)."""
     n = train_rows.shape[0]
     held = validation_rows(n)
     first = n - held
@@ -90,27 +118,28 @@ def short_distill_choice(finalists: list[dict], make_student, teacher, train_row
     with progress.task("shortlist", total=len(finalists), unit="finalist") as bar:
         for i, f in enumerate(finalists):
             done = partial / f"finalist-{i}.json"
-            if done.exists():  # measured before a crash: the same finalist, key and code
-                rows.append(json.loads(done.read_text()))
+            row = _measured(done, log)
+            if row is not None:  # measured before a crash: the same finalist, key and code
+                rows.append(row)
                 bar.advance(cached=True)
                 continue
             t0 = time.perf_counter()
-            model = make_student(f["arch"])
+            model = make_student(f.arch)
             before = validation_kl(model, train_rows, teacher, first)
             model.train()
             res = distill(model, head, train_rows[:first], cfg, ckpt_dir=partial / f"finalist-{i}", progress=progress)
             after = validation_kl(model, train_rows, teacher, first)
-            row = {"name": f["name"], "kl_search": f["kl"], "params": f["arch"].params(),
+            row = {"name": f.name, "kl_search": f.kl, "params": f.arch.params(),
                    "kl_before": round(before, 4), "kl_after": round(after, 4),
                    "last_loss": round(res.losses[-1], 4) if res.losses else None,
                    "seconds": round(time.perf_counter() - t0, 1)}
-            done.write_text(json.dumps(row))
+            atomic_write_json(done, row)  # whole or absent: a full disk or Ctrl-C leaves no half
             # its checkpoints served only a resume of this finalist: kept, four SmolLM2 finalists
             # held 11 GB until the stage ended (a full disk stopped an ablation run)
             shutil.rmtree(partial / f"finalist-{i}", ignore_errors=True)
             crash_point(f"shortlist:{i + 1}")  # fault injection: killed after N finalists (the resume test)
             rows.append(row)
-            log(f"[shortlist] {i + 1}/{len(finalists)} {f['name']}: KL {before:.3f} -> {after:.3f} after "
+            log(f"[shortlist] {i + 1}/{len(finalists)} {f.name}: KL {before:.3f} -> {after:.3f} after "
                 f"{cfg.steps} steps")
             bar.advance(KL=f"{after:.3f}")
             del model
@@ -131,4 +160,4 @@ def describe(result: dict) -> str:
             f"{r['kl_after']:.3f}{first}")
 
 
-__all__ = ["describe", "short_distill_choice", "validation_kl", "validation_rows"]
+__all__ = ["Entrant", "describe", "short_distill_choice", "validation_kl", "validation_rows"]

@@ -22,9 +22,11 @@ both arms' actual forwards and tokens. Orchestration only: the KL is passed in.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from autocompress.feasibility.uniform import uniform_frontier
+from autocompress.ir import Architecture
 
 SELECT_ROWS = 4  # a selection forward reads 4 x search batch rows (``measures.kl_measures``)
 
@@ -34,8 +36,19 @@ def budget_of(max_evals: int) -> int:
     return max(1, max_evals // SELECT_ROWS)
 
 
+@dataclass(frozen=True)
+class MeasuredFrontier:
+    """The uniform arm's measured choice (``measured_uniform``)."""
+
+    arch: Architecture  # the least KL
+    kl: float
+    record: dict  # the report's ``refine`` entry (its JSON): forwards, tokens, budget, every candidate
+    # every measured candidate as (name, KL, architecture), least KL first: the search's finalists
+    ranked: tuple[tuple[str, float, Architecture], ...]
+
+
 def measure_frontier(relaxes: dict, derived, to_state: Callable, select_kl: Callable, search_tokens: int,
-                     max_evals: int, progress, label: str) -> tuple[object, float, dict, list] | None:
+                     max_evals: int, progress, label: str) -> MeasuredFrontier | None:
     """``measured_uniform`` over the grid's frontier (``feasibility.uniform.uniform_frontier`` of
     ``relaxes``, the exact cost model's accepted points), with a progress bar named ``label``; None
     when no uniform point meets the contract (or none is expressible in this supernet)."""
@@ -58,9 +71,8 @@ class NothingMeasured(ValueError):
 
 def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, max_evals: int, search_tokens: int,
                      log: Callable[[str], None] = lambda m: None,
-                     tick: Callable[[], None] = lambda: None) -> tuple[object, float, dict, list]:
-    """(architecture, its KL, the report's ``refine`` entry, every measured candidate as ``(name,
-    KL, architecture)`` least KL first: the search's finalists) of the measured choice.
+                     tick: Callable[[], None] = lambda: None) -> MeasuredFrontier:
+    """The measured choice among ``frontier``'s candidates, and every measured one.
 
     ``frontier``: (arch, evaluation, prior importance, hidden) best prior first; ``to_state(arch)``
     the supernet's state (``ValueError``: not expressible there, skipped); ``search_tokens``: the
@@ -101,5 +113,5 @@ def measured_uniform(frontier: list, select_kl: Callable, to_state: Callable, ma
              "tokens": len(scored) * SELECT_ROWS * search_tokens, "budget_tokens": max_evals * search_tokens,
              "seconds": round(time.perf_counter() - t0, 1), "frontier": len(frontier), "skipped": skipped,
              "candidates": [{k: v for k, v in c.items() if k != "arch"} for c in scored]}
-    ranked = [(c["name"], c["kl"], c["arch"]) for c in sorted(scored, key=lambda c: c["kl"])]
-    return best["arch"], best["kl"], entry, ranked
+    ranked = tuple((c["name"], c["kl"], c["arch"]) for c in sorted(scored, key=lambda c: c["kl"]))
+    return MeasuredFrontier(best["arch"], best["kl"], entry, ranked)

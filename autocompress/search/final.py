@@ -7,14 +7,23 @@ Shared by every strategy (``strategy``, ``joint``, ``uniform``), so they choose 
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 from autocompress.cost.memory import gemm_shapes
 from autocompress.diagnostics import EXIT_NOT_FOUND, BuildError
+from autocompress.feasibility.assess import Feasibility
 from autocompress.feasibility.exact import evaluate
+from autocompress.feasibility.metrics import Relaxation
 from autocompress.feasibility.rounding import repair_and_fill
 from autocompress.feasibility.objective import Importance
 from autocompress.ir import MLP, Architecture
 from autocompress.search.context import ArchRecord, Finalist, SearchContext
-from autocompress.search.refine import Scored, choose
+from autocompress.search.refine import Scored, State, choose
+from autocompress.search.supernet import Supernet
+
+# a candidate that passed the exact model, as the finalists list it: (name, KL before distillation
+# on the selection rows or None, architecture)
+Ranked = tuple[str, float | None, Architecture]
 
 
 class NoArchitecture(BuildError):
@@ -24,7 +33,7 @@ class NoArchitecture(BuildError):
         super().__init__(message, EXIT_NOT_FOUND)
 
 
-def candidate_json(c: Scored, net, tp: int = 1) -> dict:
+def candidate_json(c: Scored, net: Supernet, tp: int = 1) -> dict:
     """A measured candidate as the report lists it: sizes, distinct FFN widths and GEMM shapes
     (what a palette limits, ``search.palette``), and its KL."""
     arch = net.architecture(*c.state)
@@ -34,7 +43,9 @@ def candidate_json(c: Scored, net, tp: int = 1) -> dict:
             "shapes": gemm_shapes(arch, tp)}  # per GPU, as the profile charges them
 
 
-def final_choice(ctx: SearchContext, candidates, net, relaxes, feas, select_kl=None) -> tuple:
+def final_choice(ctx: SearchContext, candidates: list[Scored], net: Supernet, relaxes: dict[int, Relaxation],
+                 feas: Feasibility, select_kl: Callable[[State], float] | None = None,
+                 ) -> tuple[Architecture, str, list[Ranked]]:
     """(architecture, how, ranked): the candidate of least KL among those the exact cost model accepts,
     each over-bound one after a greedy repair and, given ``select_kl``, re-measured as repaired (a
     repaired candidate's KL before its repair says nothing about what is built: the free greedy's
@@ -66,11 +77,11 @@ def final_choice(ctx: SearchContext, candidates, net, relaxes, feas, select_kl=N
     return arch, how, ranked
 
 
-def moved_layers(arch, feas) -> int:
+def moved_layers(arch: Architecture, feas: Feasibility) -> int:
     return sum(a != b for a, b in zip(arch.blocks, feas.start.evaluation.arch.blocks))
 
 
-def finalists(ranked, ctx: SearchContext) -> tuple[Finalist, ...]:
+def finalists(ranked: Sequence[Ranked], ctx: SearchContext) -> tuple[Finalist, ...]:
     """The search's ``finalists``: its ``settings.finalists`` best candidates that meet the contract,
     least KL before distillation first, from ``(name, KL, architecture)``; the shortlist stage
     distils them briefly."""
@@ -83,4 +94,4 @@ def record(arch: Architecture, imp: Importance, parent_arch: Architecture) -> Ar
     return ArchRecord.of(arch, imp.score(arch, parent_arch))
 
 
-__all__ = ["NoArchitecture", "candidate_json", "final_choice", "finalists", "moved_layers", "record"]
+__all__ = ["NoArchitecture", "Ranked", "candidate_json", "final_choice", "finalists", "moved_layers", "record"]

@@ -31,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from autocompress.ir import Architecture
 from autocompress.progress import Progress
 from autocompress.search.palette import palette_start
 from autocompress.search.tables import CostTables
@@ -317,7 +318,7 @@ def palette_candidates(tables, h, s, search_kl, cfg, log, map_fn, progress, cand
 
 @dataclass(frozen=True)
 class Choice:
-    arch: object  # what is built
+    arch: Architecture  # what is built
     kl: float  # its KL on the selection rows (re-measured after a repair where a measure is given)
     how: str
     repaired: tuple[str, ...]  # one line per candidate the exact model repaired, for the log

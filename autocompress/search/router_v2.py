@@ -28,7 +28,9 @@ The adapters let the router see which layers recover with training; they are dro
 (the build extracts from the parent's weights). Resumable: every ``ckpt_every`` steps the whole
 state (logits, adapters, both Adam states, multipliers, the sampler's generator; the step and the
 history in its metadata) is written atomically to one safetensors file in ``ckpt_dir``, and a
-rerun continues from it with the same result as an uninterrupted run (a test pins it).
+rerun continues from it with the same result as an uninterrupted run (a test pins it). The history
+is typed (``RouterStep``); its JSON form (``RouterStep.to_json``) is the checkpoint's and the
+report's.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -49,7 +51,7 @@ from safetensors.torch import load_file, save as save_tensors
 from autocompress.build import dist
 from autocompress.cache import atomic_write_bytes
 from autocompress.search.adapters import Adapters, load_optimizer_state, optimizer_state
-from autocompress.search.refine import apply, costs, violation
+from autocompress.search.refine import State, apply, costs, violation
 from autocompress.search.tables import CostTables, kv_row_value
 
 # kd_loss(step, (ph, pa, pf), params) -> the distillation loss of the supernet with these choice
@@ -75,14 +77,50 @@ class RouterV2Config:
 
 
 @dataclass(frozen=True)
-class SearchResult:
+class RouterStep:
+    """One training step as the history keeps it. ``expected`` and ``multipliers`` are per row of
+    the cost tables (``CostTables.row_names``, bounds normalized: 1 = on the bound)."""
+
+    step: int
+    tau: float  # the Gumbel-softmax temperature of the step
+    quality: float  # the distillation loss (KD) of the sampled supernet
+    loss: float  # quality + the budget terms
+    expected: dict[str, float]  # E[bound value] under the soft probabilities
+    multipliers: dict[str, float]  # lambda_b after the step's dual ascent
+    decode: State  # the router's argmax after the step (before ``budget_decode``)
+
+    def to_json(self) -> dict:
+        """The step as the checkpoint's metadata and the report's ``search.first`` / ``last`` hold it:
+        its ``asdict``, but the multipliers under ``lambda`` (the method's name for them) and the
+        decode as ``[hidden, [attention...], [FFN...]]``."""
+        d = asdict(self)
+        h, ca, cf = self.decode
+        return {**{k: v for k, v in d.items() if k not in ("multipliers", "decode")}, "lambda": d["multipliers"],
+                "decode": [h, list(ca), list(cf)]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> RouterStep:
+        """``to_json``'s inverse (``KeyError``, ``TypeError`` or ``ValueError`` on another form)."""
+        h, ca, cf = d["decode"]
+        return cls(int(d["step"]), float(d["tau"]), float(d["quality"]), float(d["loss"]), dict(d["expected"]),
+                   dict(d["lambda"]), (int(h), tuple(map(int, ca)), tuple(map(int, cf))))
+
+
+@dataclass(frozen=True)
+class RouterResult:
+    """What ``train_router_v2`` returns: its decode (``budget_decode``) and how it got there."""
+
     hidden_index: int
     attn_choice: tuple[int, ...]  # option index per layer (0 = removed)
     ffn_choice: tuple[int, ...]
-    history: tuple[dict, ...] = field(default=())
+    history: tuple[RouterStep, ...] = ()
     seconds: float = 0.0
     decode_moves: int = 0  # option changes that brought its argmax within the cost tables
     decode_fills: int = 0  # option changes that spent the slack its argmax left
+
+    @property
+    def decode(self) -> State:
+        return self.hidden_index, self.attn_choice, self.ffn_choice
 
 
 class Router(torch.nn.Module):
@@ -122,7 +160,7 @@ class Router(torch.nn.Module):
         self.register_buffer("bias_a", torch.zeros(L, amax))
         self.register_buffer("bias_f", torch.zeros(L, fmax))
 
-    def set_prior(self, point: tuple[int, tuple[int, ...], tuple[int, ...]], strength: float) -> None:
+    def set_prior(self, point: State, strength: float) -> None:
         """Bias the logits by ``strength`` toward ``point``'s choices; the learned logits stay free."""
         h, ca, cf = point
         with torch.no_grad():
@@ -157,7 +195,7 @@ class Router(torch.nn.Module):
         h, a, f = self.logits()
         return sample(h), sample(a), sample(f)
 
-    def decode(self) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    def decode(self) -> State:
         h, a, f = self.logits()
         return int(h.argmax()), tuple(int(i) for i in a.argmax(-1)), tuple(int(i) for i in f.argmax(-1))
 
@@ -211,7 +249,7 @@ def temperature(cfg: RouterV2Config, step: int) -> float:
 class _State:
     """Everything a step changes, and its checkpoint."""
 
-    def __init__(self, tables: list[CostTables], params: dict, cfg: RouterV2Config, prior):
+    def __init__(self, tables: list[CostTables], params: dict, cfg: RouterV2Config, prior: State | None):
         torch.manual_seed(cfg.seed)
         self.router = Router(tables)
         if prior is not None and cfg.prior:
@@ -224,7 +262,7 @@ class _State:
         self.adapter_opt = torch.optim.Adam(ps, lr=cfg.adapter_lr) if ps else None
         self.lam = torch.zeros(len(tables[0].row_names))
         self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.step, self.history = 0, []
+        self.step, self.history = 0, []  # history: list[RouterStep]
 
     def save(self, folder: Path, cfg: RouterV2Config) -> None:
         t = {f"router.{k}": v.detach().clone() for k, v in self.router.named_parameters()}
@@ -235,7 +273,7 @@ class _State:
         t["lambda"] = self.lam.clone()
         t["generator"] = self.gen.get_state()
         # one file, written atomically: the step and history travel in its metadata with the tensors
-        meta = json.dumps({"step": self.step, "history": self.history, "config": asdict(cfg)})
+        meta = json.dumps({"step": self.step, "history": [r.to_json() for r in self.history], "config": asdict(cfg)})
         atomic_write_bytes(folder / CKPT, save_tensors(t, metadata={"router_v2": meta}))
 
     def load(self, folder: Path, cfg: RouterV2Config) -> bool:
@@ -246,6 +284,13 @@ class _State:
             meta = json.loads(f.metadata()["router_v2"])
         if meta["config"] != asdict(cfg):
             return False  # another search's state (the stage key differs too): start over
+        try:
+            history = [RouterStep.from_json(r) for r in meta["history"]]
+        except (KeyError, TypeError, ValueError):
+            # a history in another form than ``RouterStep.to_json`` writes (other code, whose stage
+            # key differs too, so only a copied folder holds one): treated as absent, the router
+            # restarts from step 0
+            return False
         t = load_file(str(path))
         with torch.no_grad():
             for k, v in self.router.named_parameters():
@@ -256,13 +301,14 @@ class _State:
             load_optimizer_state(self.adapter_opt, t, "adapter_opt")
         self.lam = t["lambda"].clone()
         self.gen.set_state(t["generator"])
-        self.step, self.history = meta["step"], list(meta["history"])
+        self.step, self.history = meta["step"], history
         return True
 
 
 def train_router_v2(tables: list[CostTables], kd_loss: KDLoss, params: dict, cfg: RouterV2Config,
-                    prior=None, on_step: Callable[[dict], None] | None = None, ckpt_dir: Path | None = None,
-                    stop_after: int | None = None, on_resume: Callable[[int], None] | None = None) -> SearchResult:
+                    prior: State | None = None, on_step: Callable[[RouterStep], None] | None = None,
+                    ckpt_dir: Path | None = None, stop_after: int | None = None,
+                    on_resume: Callable[[int], None] | None = None) -> RouterResult:
     """Train router and adapters jointly (module docstring). ``params``: the supernet's (parent)
     weights, never modified; ``prior``: the cvxpy point (hidden index, attention and FFN option per
     layer) or None; ``ckpt_dir``: resume from / checkpoint to; ``stop_after``: stop after that many
@@ -293,9 +339,9 @@ def train_router_v2(tables: list[CostTables], kd_loss: KDLoss, params: dict, cfg
             s.adapter_opt.step()
         with torch.no_grad():
             s.lam = torch.clamp(s.lam + cfg.dual_lr * viol.detach(), min=0.0)
-        rec = {"step": step, "tau": tau, "quality": float(q.detach()), "loss": float(loss.detach()),
-               "expected": dict(zip(names, (float(v) for v in e.detach()))),
-               "lambda": dict(zip(names, (float(v) for v in s.lam))), "decode": _plain(s.router.decode())}
+        rec = RouterStep(step, tau, float(q.detach()), float(loss.detach()),
+                         dict(zip(names, (float(v) for v in e.detach()))), dict(zip(names, (float(v) for v in s.lam))),
+                         s.router.decode())
         s.history.append(rec)
         s.step += 1
         if on_step:
@@ -306,10 +352,10 @@ def train_router_v2(tables: list[CostTables], kd_loss: KDLoss, params: dict, cfg
         if stop_after is not None and s.step >= stop_after:
             break
     (h, ca, cf), moves, fills = budget_decode(s.router, tables)
-    return SearchResult(h, ca, cf, tuple(s.history), time.perf_counter() - t0, moves, fills)
+    return RouterResult(h, ca, cf, tuple(s.history), time.perf_counter() - t0, moves, fills)
 
 
-def budget_decode(router, tables: list[CostTables]) -> tuple[tuple, int, int]:
+def budget_decode(router: Router, tables: list[CostTables]) -> tuple[State, int, int]:
     """(point, changes that removed excess, changes that spent slack): the router's argmax brought
     onto the cost tables' budget by the router's own preference. The hidden size stays the argmax's.
 
@@ -373,10 +419,5 @@ def _save(s: _State, folder: Path, cfg: RouterV2Config) -> None:
     s.save(folder, cfg)
 
 
-def _plain(point) -> list:
-    h, ca, cf = point
-    return [h, list(ca), list(cf)]
-
-
-__all__ = ["KDLoss", "Router", "RouterV2Config", "SearchResult", "StackedTables", "budget_decode",
+__all__ = ["KDLoss", "Router", "RouterResult", "RouterStep", "RouterV2Config", "StackedTables", "budget_decode",
            "expected_costs", "temperature", "train_router_v2"]

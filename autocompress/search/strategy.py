@@ -24,6 +24,7 @@ from typing import Protocol
 
 from autocompress.build import dist
 from autocompress.build.settings import BuildSettings
+from autocompress.feasibility.metrics import Relaxation
 from autocompress.feasibility.objective import load_importance
 from autocompress.feasibility.variants import assess_variants
 from autocompress.ir import Architecture
@@ -36,8 +37,9 @@ from autocompress.search.context import ArchRecord, SearchContext, SearchOutcome
 from autocompress.search.final import NoArchitecture, candidate_json, final_choice, finalists, record
 from autocompress.search.joint import router_v2_choice, run_router_v2
 from autocompress.search.measures import kl_measures
-from autocompress.search.refine import refine
-from autocompress.search.tables import cost_tables
+from autocompress.search.refine import State, refine
+from autocompress.search.supernet import Supernet
+from autocompress.search.tables import CostTables, cost_tables
 from autocompress.search.uniform import (frontier_candidates, measured_uniform_choice, uniform_format_choice,
                                          uniform_relaxations)
 
@@ -90,10 +92,10 @@ class SupernetSearch:
     """The per-layer search's inputs at the chosen global sizes: the relaxation and exact cost
     tables of every hidden size, the parent's supernet and the cvxpy start as its state."""
 
-    relaxes: dict
-    tables: list
-    net: object  # the family's supernet (``families.base.BuildFamily.supernet``)
-    start: tuple
+    relaxes: dict[int, Relaxation]  # by hidden size
+    tables: list[CostTables]  # in the order of the hidden grid
+    net: Supernet  # the family's (``families.base.BuildFamily.supernet``)
+    start: State
 
     @classmethod
     def of(cls, ctx: SearchContext) -> SupernetSearch:
@@ -137,11 +139,11 @@ class Autocompress:
         settings, log, feas = ctx.settings, ctx.log, ctx.swept.feasibility
         refine_cfg, _ = search_configs(settings)
         search_kl, select_kl = kl_measures(s.net, ctx.teacher, ctx.train_rows, settings)
-        decode, router, points = run_router_v2(ctx, s.net, s.tables, s.start, select_kl)
+        run = run_router_v2(ctx, s.net, s.tables, s.start, select_kl)
         # the greedy seeds from the points router v2's prior was chosen among: the same information
-        seeds, palette_seeds = {"router v2": decode, "cvxpy start": points["cvxpy point"]}, ("router v2",)
-        if "uniform grid point" in points:
-            seeds["uniform grid"] = points["uniform grid point"]
+        seeds, palette_seeds = {"router v2": run.decode, "cvxpy start": run.points["cvxpy point"]}, ("router v2",)
+        if "uniform grid point" in run.points:
+            seeds["uniform grid"] = run.points["uniform grid point"]
         log(f"[refine] measured greedy and choice among {len(seeds)} seeds (KL to the parent, before distillation)")
         t_ref = time.perf_counter()
         # the measured forwards are independent: under a launcher they are split over the ranks
@@ -154,14 +156,14 @@ class Autocompress:
         candidates += extra
         arch, how, ranked = final_choice(ctx, candidates, s.net, s.relaxes, feas, select_kl)
         # the search's choice (before the shortlist), measured (repaired: re-measured)
-        router["final_kl"] = round(select_kl(s.net.indices_of(arch)), 4)
+        router = replace(run.record, final_kl=select_kl(s.net.indices_of(arch)))
         refined = {"forwards": ref.evals, "seconds": round(t_ref, 1),
                    "tokens": SELECT_ROWS * settings.search_batch * settings.search_seq,
                    "candidates": [candidate_json(c, s.net, ctx.spec.target.tensor_parallel) for c in candidates],
                    "uniform_frontier": frontier}  # its forwards and seconds, apart from the greedy's
         # the importance against the parent, globals included
         return replace(base, chosen=record(arch, ctx.imp, ctx.parent_arch), how=how, finalists=finalists(ranked, ctx),
-                       search=router, refine=refined)
+                       search=router.to_json(), refine=refined)
 
 
 # the strategies a spec's ``search { strategy ... }`` names (``lang.model.STRATEGIES``)

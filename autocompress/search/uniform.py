@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Callable
 
 from autocompress.feasibility.metrics import Relaxation
 from autocompress.feasibility.variants import apply
-from autocompress.search.baseline import measure_frontier
+from autocompress.search.baseline import MeasuredFrontier, measure_frontier
 from autocompress.search.context import SearchContext, SearchOutcome
 from autocompress.search.final import NoArchitecture, finalists, record
 from autocompress.search.measures import kl_measures
-from autocompress.search.refine import RefineConfig, Scored
+from autocompress.search.refine import RefineConfig, Scored, State
+from autocompress.search.supernet import Supernet
 
 
 def uniform_seed(net, feas, log):
@@ -71,7 +73,7 @@ def uniform_format_choice(ctx: SearchContext, base: SearchOutcome) -> SearchOutc
                                         for c in sorted(cands, key=lambda c: c[0])], ctx), refine=refined)
 
 
-def uniform_relaxations(ctx: SearchContext) -> dict:
+def uniform_relaxations(ctx: SearchContext) -> dict[int, Relaxation]:
     """The relaxation of every hidden size of the grid at the chosen global sizes (the cost tables'
     and the uniform frontier's input), with the measured importance of that variant."""
     sp, variant, derived = ctx.derived.space, ctx.swept.parent, ctx.derived
@@ -90,14 +92,14 @@ def measured_uniform_choice(ctx: SearchContext, base: SearchOutcome) -> SearchOu
     if measured is None:
         raise NoArchitecture("no uniform (identical-layer) architecture of the grid passes the exact cost model "
                              "and fits this parent's supernet; use `strategy autocompress`")
-    arch, kl, entry, ranked = measured
     how = (f"uniform grid (hidden, KV heads, FFN width, depth) under the exact cost model; measured choice "
-           f"among {entry['forwards']} frontier candidates: KL {kl:.3f}")
-    return replace(base, chosen=record(arch, ctx.imp, ctx.parent_arch), how=how, finalists=finalists(ranked, ctx),
-                   refine=entry)
+           f"among {measured.record['forwards']} frontier candidates: KL {measured.kl:.3f}")
+    return replace(base, chosen=record(measured.arch, ctx.imp, ctx.parent_arch), how=how,
+                   finalists=finalists(measured.ranked, ctx), refine=measured.record)
 
 
-def frontier_candidates(ctx: SearchContext, relaxes, net, select_kl, have=()) -> tuple[list, dict | None]:
+def frontier_candidates(ctx: SearchContext, relaxes: dict[int, Relaxation], net: Supernet,
+                        select_kl: Callable[[State], float], have=()) -> tuple[list[Scored], dict | None]:
     """The default's share of the uniform arm's information: the uniform grid's frontier measured
     as strategy uniform measures it (same candidates, rows, budget), as ``refine.Scored``
     candidates ranked beside the greedy's, and the record of that measurement (None: no frontier).
@@ -106,16 +108,16 @@ def frontier_candidates(ctx: SearchContext, relaxes, net, select_kl, have=()) ->
     measured = _frontier(ctx, relaxes, net, select_kl, "search: uniform frontier")
     if measured is None:
         return [], None
-    _, _, entry, ranked = measured
     seen = {c.state for c in have}
-    # select_kl caches by state: the exact value, not the entry's rounded one, ranks it beside the greedy's
-    out = [Scored(name, state, select_kl(state)) for name, _, arch in ranked
+    # select_kl caches by state: the exact value, not the record's rounded one, ranks it beside the greedy's
+    out = [Scored(name, state, select_kl(state)) for name, _, arch in measured.ranked
            if (state := net.indices_of(arch)) not in seen]
-    return out, {**{k: entry[k] for k in ("forwards", "tokens", "seconds", "frontier", "skipped")},
+    return out, {**{k: measured.record[k] for k in ("forwards", "tokens", "seconds", "frontier", "skipped")},
                  "listed": len(out)}
 
 
-def _frontier(ctx: SearchContext, relaxes, net, select_kl, label):
+def _frontier(ctx: SearchContext, relaxes: dict[int, Relaxation], net: Supernet,
+              select_kl: Callable[[State], float], label: str) -> MeasuredFrontier | None:
     """``baseline.measure_frontier`` with the budget both callers must share: the greedy's
     refinement budget (``RefineConfig.max_evals`` search forwards of search batch x search tokens),
     so the uniform arm and the default's frontier candidates measure the same candidates."""

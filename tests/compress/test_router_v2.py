@@ -1,14 +1,18 @@
 """Router v2 on synthetic cost tables: it moves when the loss says so and only then, the prior is
 a bias, the temperature anneals, dual ascent brings an over-budget decode under the bound, an
-argmax over the tables is brought within them by the router's own preference, and a resumed run
-equals an uninterrupted one."""
+argmax over the tables is brought within them by the router's own preference, a resumed run
+equals an uninterrupted one (a checkpoint whose history is in another form restarts it), and the
+typed history and record keep the report's JSON."""
+
+import json
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from autocompress.search.refine import costs, full_state  # noqa: E402
-from autocompress.search.router_v2 import Router, RouterV2Config, budget_decode, temperature, train_router_v2  # noqa: E402
+from autocompress.search.router_v2 import (Router, RouterStep, RouterV2Config, budget_decode, temperature,  # noqa: E402
+                                           train_router_v2)
 
 from _searchkit import setup_tables  # noqa: E402
 
@@ -36,8 +40,7 @@ def _decode(res):
 
 def _argmax(res):
     """The router's own argmax after its last step (before ``budget_decode`` fills the slack)."""
-    h, ca, cf = res.history[-1]["decode"]
-    return h, tuple(ca), tuple(cf)
+    return res.history[-1].decode
 
 
 def test_choices_change_when_the_loss_says_so_and_only_then():
@@ -46,11 +49,11 @@ def test_choices_change_when_the_loss_says_so_and_only_then():
     h, ca, cf = _argmax(moved)
     assert cf[2] == 2  # the loss's choice won against the prior ...
     assert (h, ca, cf[:2] + cf[3:]) == (P0[0], P0[1], P0[2][:2] + P0[2][3:])  # ... and nothing else moved
-    flip = next(r["step"] for r in moved.history if r["decode"][2][2] == 2)
+    flip = next(r.step for r in moved.history if r.decode[2][2] == 2)
     assert flip < 30  # Adam at lr 0.1 overcomes the 2-nat prior in ~20 steps (v1 never flipped in 20)
     still = train_router_v2(tables, _zero, {}, RouterV2Config(steps=30), prior=P0)
     assert _argmax(still) == P0
-    assert all(r["decode"] == [P0[0], list(P0[1]), list(P0[2])] for r in still.history)
+    assert all(r.decode == P0 for r in still.history)
 
 
 def test_the_prior_is_a_bias_on_free_logits():
@@ -65,7 +68,7 @@ def test_the_prior_is_a_bias_on_free_logits():
     first = {}
     for strength in (0.0, 1.0, 4.0):
         res = train_router_v2(tables, _wants_ffn2_at_2, {}, RouterV2Config(steps=45, prior=strength), prior=P0)
-        first[strength] = next(r["step"] for r in res.history if r["decode"][2][2] == 2)
+        first[strength] = next(r.step for r in res.history if r.decode[2][2] == 2)
     assert first[0.0] <= first[1.0] < first[4.0]
 
 
@@ -76,7 +79,7 @@ def test_temperature_anneals_geometrically():
     assert all(a > b for a, b in zip(taus, taus[1:]))
     tables = _loose()
     res = train_router_v2(tables, _zero, {}, RouterV2Config(steps=5, tau_start=2.0, tau_end=0.1), prior=P0)
-    assert [r["tau"] for r in res.history] == pytest.approx([temperature(RouterV2Config(steps=5, tau_start=2.0,
+    assert [r.tau for r in res.history] == pytest.approx([temperature(RouterV2Config(steps=5, tau_start=2.0,
                                                                                          tau_end=0.1), s)
                                                              for s in range(5)])
 
@@ -87,8 +90,8 @@ def test_dual_ascent_pushes_an_over_budget_decode_under_the_bound():
     assert costs(tables, full)[0] > 1.09  # the parent: 10% over the TPOT bound
     res = train_router_v2(tables, _zero, {}, RouterV2Config(steps=60), prior=full)
     assert max(costs(tables, _decode(res))) <= 1.0
-    assert res.history[0]["expected"]["w.tpot"] > 1.0
-    assert max(r["lambda"]["w.tpot"] for r in res.history) > 0  # the multiplier rose while violated
+    assert res.history[0].expected["w.tpot"] > 1.0
+    assert max(r.multipliers["w.tpot"] for r in res.history) > 0  # the multiplier rose while violated
 
 
 def test_budget_decode_fits_the_tables_by_the_routers_preference():
@@ -164,6 +167,57 @@ def test_resume_gives_the_same_decode_as_an_uninterrupted_run(tmp_path):
     assert other == []
 
 
+def test_a_checkpoint_whose_history_is_in_another_form_restarts_the_router(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from autocompress.search.router_v2 import CKPT
+
+    tables = _loose()
+    cfg = RouterV2Config(steps=9, ckpt_every=3)
+    whole = train_router_v2(tables, _wants_ffn2_at_2, {}, cfg, prior=P0)
+    train_router_v2(tables, _wants_ffn2_at_2, {}, cfg, prior=P0, ckpt_dir=tmp_path, stop_after=6)
+    path = tmp_path / CKPT
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads(f.metadata()["router_v2"])
+    meta["history"] = [{k: v for k, v in r.items() if k != "lambda"} for r in meta["history"]]
+    save_file(load_file(str(path)), str(path), metadata={"router_v2": json.dumps(meta)})
+    resumed = []
+    again = train_router_v2(tables, _wants_ffn2_at_2, {}, cfg, prior=P0, ckpt_dir=tmp_path, on_resume=resumed.append)
+    assert resumed == [] and again.history == whole.history  # treated as absent: started over, same run
+
+
+def test_a_step_is_typed_and_its_json_is_the_reports():
+    tables = _loose()
+    res = train_router_v2(tables, _wants_ffn2_at_2, {}, RouterV2Config(steps=3), prior=P0)
+    r = res.history[-1]
+    assert isinstance(r, RouterStep) and r.decode == P0 and res.decode == _decode(res)
+    assert set(r.expected) == set(r.multipliers) == set(tables[0].row_names)
+    d = r.to_json()
+    assert list(d) == ["step", "tau", "quality", "loss", "expected", "lambda", "decode"]
+    assert d["decode"] == [P0[0], list(P0[1]), list(P0[2])] and d["lambda"] == r.multipliers
+    assert RouterStep.from_json(json.loads(json.dumps(d))) == r
+
+
+def test_the_routers_record_keeps_the_reports_form():
+    from dataclasses import replace
+
+    from autocompress.search.joint import RouterRecord
+
+    step = RouterStep(0, 1.0, 0.5, 0.6, {"w.tpot": 1.02}, {"w.tpot": 0.02}, P0)
+    rec = RouterRecord(64, 12.34, 64 * 1024, "uniform grid point", False, 3, 1, 2,
+                       {"cvxpy point": 0.123456, "uniform grid point": 0.1}, step, step)
+    assert rec.forwards == 2
+    got = replace(rec, final_kl=0.987654).to_json()
+    assert list(got) == ["router", "steps", "seconds", "tokens", "prior", "learn_hidden", "moved_from_prior",
+                         "decode_moves", "decode_fills", "prior_kl", "points_kl", "forwards", "first", "last",
+                         "final_kl"]
+    assert got["router"] == "v2" and got["seconds"] == 12.3 and got["prior_kl"] == 0.1235
+    assert got["points_kl"] == {"cvxpy point": 0.1235, "uniform grid point": 0.1} and got["final_kl"] == 0.9877
+    assert got["first"] == step.to_json() and got["last"]["lambda"] == {"w.tpot": 0.02}
+    assert "final_kl" not in rec.to_json()
+
+
 def test_the_search_key_holds_router_v2s_config():
     from dataclasses import replace
 
@@ -189,6 +243,6 @@ def _wants_hidden_0(step, choices, params):  # a loss that prefers the first hid
 def test_the_hidden_size_stays_the_priors_unless_learned():
     tables = _loose()
     kept = train_router_v2(tables, _wants_hidden_0, {}, RouterV2Config(steps=30), prior=P0)
-    assert _argmax(kept)[0] == P0[0] and all(r["decode"][0] == P0[0] for r in kept.history)
+    assert _argmax(kept)[0] == P0[0] and all(r.decode[0] == P0[0] for r in kept.history)
     learned = train_router_v2(tables, _wants_hidden_0, {}, RouterV2Config(steps=30, learn_hidden=True), prior=P0)
     assert _argmax(learned)[0] == 0

@@ -54,9 +54,9 @@ def test_kd_trains_the_adapters_of_a_pruned_supernet():
 
     cfg = RouterV2Config(steps=40, prior=60.0, lr=1e-3, rank=4, adapter_lr=1e-2)  # choices pinned to the prior
     res = train_router_v2(tables, kd, params, cfg, prior=pruned)
-    assert all(r["decode"] == [0, [1, 1, 1], [1, 1, 1]] for r in res.history)
-    q = [r["quality"] for r in res.history]
+    assert all(r.decode == pruned for r in res.history)
+    q = [r.quality for r in res.history]
     # the same four batches cycle: compare a cycle at the start with one at the end
     assert sum(q[-4:]) < 0.8 * sum(q[:4]), q
     frozen = train_router_v2(tables, kd, params, RouterV2Config(steps=8, prior=60.0, lr=1e-3, rank=0), prior=pruned)
-    assert [r["quality"] for r in frozen.history[4:8]] == pytest.approx([r["quality"] for r in frozen.history[:4]])
+    assert [r.quality for r in frozen.history[4:8]] == pytest.approx([r.quality for r in frozen.history[:4]])

@@ -18,7 +18,7 @@ from autocompress.build import runoff  # noqa: E402
 from autocompress.build import shortlist  # noqa: E402
 from autocompress.search.refine import Scored, choose  # noqa: E402
 from autocompress.data.teacher import cache_teacher  # noqa: E402
-from autocompress.progress import Progress  # noqa: E402
+from autocompress.progress import LogOnly, Progress  # noqa: E402
 
 SETTINGS = SimpleNamespace(finalist_steps=5, batch=2, lr=1e-2, seed=0)
 NOISE = {"far": 0.3, "near": 0.02, "middle": 0.1}
@@ -45,7 +45,7 @@ def setup(tmp_path_factory):
 
 
 def _finalists():
-    return [{"name": n, "kl": 0.1 * i, "arch": SimpleNamespace(params=lambda: 1000, noise=NOISE[n])}
+    return [shortlist.Entrant(n, 0.1 * i, SimpleNamespace(params=lambda: 1000, noise=NOISE[n]))
             for i, n in enumerate(NOISE)]
 
 
@@ -102,6 +102,28 @@ def test_a_killed_shortlist_measures_only_the_rest(setup, tmp_path):
     assert [r["kl_after"] for r in res["finalists"]] == [r["kl_after"] for r in full["finalists"]]
     assert res["chosen"] == full["chosen"]
     assert "short-distillation choice among 3 finalists" in shortlist.describe(res)
+
+
+def test_a_finalist_record_cut_short_is_measured_again_with_a_warning(setup, tmp_path):
+    # a record cut by a full disk or a bad copy is not loaded (it was a JSONDecodeError: exit 3)
+    teacher, tokens, cache = setup
+    full = shortlist.short_distill_choice(_finalists(), _maker(teacher, []), cache, tokens, SETTINGS, tmp_path / "a",
+                                          Progress())
+    part = tmp_path / "b"
+    part.mkdir()
+    text = json.dumps(full["finalists"][0])
+    (part / "finalist-0.json").write_text(text[: len(text) // 2])
+    (part / "finalist-1.json").write_text(json.dumps(full["finalists"][1]))
+    again, logged = [], []
+    res = shortlist.short_distill_choice(_finalists(), _maker(teacher, again), cache, tokens, SETTINGS, part,
+                                         Progress(LogOnly(logged.append)))
+    assert again == [0.3, 0.1]  # the cut one measured again, the whole one kept
+    assert [r["kl_after"] for r in res["finalists"]] == [r["kl_after"] for r in full["finalists"]]
+    assert [m for m in logged if m.startswith("warning")] == [
+        f"warning: the shortlist's record {part / 'finalist-0.json'} is unreadable (JSONDecodeError); measuring that "
+        "finalist again"]
+    assert json.loads((part / "finalist-0.json").read_text()) == res["finalists"][0]  # rewritten whole
+    assert not [p.name for p in part.iterdir() if ".tmp" in p.name]
 
 
 def test_the_search_ranks_every_passing_candidate_once():
