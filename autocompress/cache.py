@@ -157,40 +157,63 @@ def fingerprint(path: str | os.PathLike) -> str:
 
 class JsonCache:
     """A folder of ``<key>.json`` entries. Entries record the files they depend on with their
-    hashes, so a hit is only served while those files are unchanged, and the sha256 of their value,
-    so a damaged entry is a miss (recomputed and rewritten), never a wrong hit. Entries are written
-    atomically under unique temporary names: processes sharing the folder never see half of one."""
+    hashes, so a hit is only served while those files are unchanged, and the sha256 of their deps
+    and value together (``_entry_digest``), so a damaged entry (truncated, a flipped byte, an
+    unreadable file) is a miss that ``lookup`` names, never a wrong hit; the caller recomputes and
+    ``put`` overwrites it. Entries are written atomically under unique temporary names: processes
+    sharing the folder never see half of one."""
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
 
-    def _path(self, k: str) -> Path:
+    def path(self, k: str) -> Path:
         return self.folder / f"{k}.json"
 
-    def get(self, k: str) -> Any | None:
-        p = self._path(k)
+    def lookup(self, k: str) -> tuple[Any | None, str | None]:
+        """``(value, None)`` on a hit; ``(None, None)`` on a plain miss (no entry, or a file it
+        depends on changed); ``(None, why)`` when the entry is there but damaged: ``"unreadable
+        (<reason>)"``, ``"not JSON"``, ``"not a cache entry"`` or ``"checksum mismatch"``."""
+        p = self.path(k)
         try:
-            entry = json.loads(p.read_text())
-            value = entry["value"]
-            if entry.get("sha256") != sha256_bytes(json.dumps(value, sort_keys=True).encode()):
-                return None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
-        for dep, digest in entry.get("deps", {}).items():
+            text = p.read_bytes()
+        except FileNotFoundError:
+            return None, None
+        except OSError as e:
+            return None, f"unreadable ({e.strerror or e})"
+        try:
+            entry = json.loads(text)
+        except ValueError:  # truncated, or a flipped byte that breaks the syntax (UnicodeDecodeError too)
+            return None, "not JSON"
+        if not (isinstance(entry, dict) and isinstance(entry.get("deps"), dict) and "value" in entry):
+            return None, "not a cache entry"
+        deps, value = entry["deps"], entry["value"]
+        if entry.get("sha256") != _entry_digest(deps, value):
+            return None, "checksum mismatch"
+        for dep, digest in deps.items():
             try:
                 if fingerprint(dep) != digest:
-                    return None
+                    return None, None
             except OSError:
-                return None
-        return value
+                return None, None
+        return value, None
+
+    def get(self, k: str) -> Any | None:
+        """The value stored under ``k``, or None (a miss, damaged entries included)."""
+        return self.lookup(k)[0]
 
     def put(self, k: str, value: Any, deps: Iterable[str] = ()) -> None:
-        entry = {"deps": {str(d): fingerprint(d) for d in deps}, "value": value,
-                 "sha256": sha256_bytes(json.dumps(value, sort_keys=True).encode())}
+        fingerprints = {str(d): fingerprint(d) for d in deps}
+        entry = {"deps": fingerprints, "value": value, "sha256": _entry_digest(fingerprints, value)}
         try:
-            atomic_write_json(self._path(k), entry)
+            atomic_write_json(self.path(k), entry)
         except OSError:
             pass  # a read-only cache folder must never fail a check
+
+
+def _entry_digest(deps: dict, value: Any) -> str:
+    """The sha256 of a ``JsonCache`` entry's deps and value in canonical JSON: it changes with any
+    byte of either that still parses (a dependency's name or hash included)."""
+    return sha256_bytes(json.dumps({"deps": deps, "value": value}, sort_keys=True).encode())
 
 
 # ---- code digests ----------------------------------------------------------------------------------

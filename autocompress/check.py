@@ -8,9 +8,12 @@ a cached report renders exactly like a fresh one.
 The cache key is the spec's bytes, the source of every module the check runs
 (``cache.code_digest``) and the importance file when one is given; the entry records the files the
 answer depends on (spec, parent config / GGUF, profile, importance file), so a hit is served only
-while they are unchanged. This module imports only the cache: a hit is served without importing
-the stages (lark, jsonschema, numpy, the cost model and the LP: 0.4 s of CPU against about 0.15 s
-for the whole cached answer), which ``run_check`` imports on a miss.
+while they are unchanged. A damaged entry (truncated, a flipped byte, unreadable: an entry
+carries its checksum, ``cache.JsonCache``) is never loaded: the check is recomputed, the entry
+rewritten, and the answer carries one warning line naming the entry file. This module imports
+only the cache: a hit is served without importing the stages (lark, jsonschema, numpy, the cost
+model and the LP: 0.4 s of CPU against about 0.15 s for the whole cached answer), which
+``run_check`` imports on a miss.
 
 The answer depends on the spec, the parent and the profile only: state left by an earlier
 ``acc build`` is read only when asked (``importance=``, the CLI's ``--importance FILE``), and the
@@ -36,10 +39,15 @@ VERDICT_EXIT = {"feasible": EXIT_OK, "infeasible": EXIT_INFEASIBLE, "not_found":
 
 @dataclass(frozen=True)
 class CheckResult:
+    """``warnings``: the lines ``acc check`` prints on stderr: the spec's rendered warnings, after
+    a line about a damaged cache entry when one was recomputed (``_cached``), which ``damaged``
+    also holds alone (``acc build`` logs it without the spec's warnings)."""
+
     report: dict
     warnings: tuple[str, ...]
     exit_code: int
     cached: bool
+    damaged: tuple[str, ...] = ()
 
 
 def check_source(source: str | None, path: str, confine: str | None = None,
@@ -93,10 +101,13 @@ def _cached(path: str, data: bytes, use_cache: bool, importance: str | None, con
     key = cache.key("check", os.path.abspath(path), data, importance or "", cache.code_digest("autocompress.check"),
                     _machine_profiles())
     store = cache.JsonCache(cache.cache_root() / "check")
+    damaged = ()
     if use_cache:
-        hit = store.get(key)
+        hit, why = store.lookup(key)
         if hit is not None:
             return CheckResult(hit["report"], tuple(hit["warnings"]), hit["exit_code"], True)
+        if why is not None:
+            damaged = (f"warning: cached check at {store.path(key)} is corrupt ({why}); recomputing",)
     # A cold check builds ~100k container objects that mostly live to its end (modules, cvxpy's
     # problems, cost tables): the cyclic collector ran ~160 times for ~0.1 s (6% of the check)
     # to free a few MB. It is paused meanwhile, and what the check built is then frozen (moved
@@ -114,4 +125,4 @@ def _cached(path: str, data: bytes, use_cache: bool, importance: str | None, con
             gc.enable()
     code = VERDICT_EXIT[report["verdict"]]
     store.put(key, {"report": report, "warnings": warnings, "exit_code": code}, deps)
-    return CheckResult(report, tuple(warnings), code, False)
+    return CheckResult(report, (*damaged, *warnings), code, False, damaged)

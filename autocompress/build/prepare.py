@@ -108,6 +108,8 @@ def prepare(contract: Contract | str, work: Path, progress: Progress | None = No
     t = time.perf_counter()
     check = dist.main_first(lambda: check_contract(contract))  # feasible before any weight is loaded
     timings["check"] = time.perf_counter() - t
+    for line in check.damaged:  # a damaged cache entry was recomputed: say so, as for a stage
+        log(line)
     check_verdict(check)
     derived = derive(spec, parent.architecture, base)
     settings = derive_build(spec)

@@ -9,9 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "export"))
-
 SPEC = """\
 model "parent"
 target {

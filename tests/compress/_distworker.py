@@ -5,6 +5,10 @@ what the tests compare with one process: ``OUT/result.json`` and ``OUT/student*.
 (rank 0). MODE ``fresh``: collectives, importance, removal KL, teacher top-k cache, a full
 distillation, and one stopped after 3 steps (checkpoints in CKPT); ``resume``: that distillation
 resumed from CKPT (at whatever world size this launch has).
+
+Its kit ``_distillkit`` sits beside it: run as a script (by torchrun), its folder is first on
+``sys.path``; imported by the tests, from tests/compress, on the path by pyproject's pytest
+``pythonpath``.
 """
 
 from __future__ import annotations
@@ -16,12 +20,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import torch
 
-import torch  # noqa: E402
-
-from autocompress.build import dist  # noqa: E402
+from autocompress.build import dist
 
 STEPS, STOP = 6, 3
 

@@ -144,7 +144,6 @@ def test_the_exporter_never_replaces_a_users_folder(tmp_path):
     """The reproduction of the report: the exporter called on a folder holding a notes file."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    import _buildkit  # noqa: F401 - puts tests/export (the offline tokenizer kit) on the path
     import _exportkit as kit
 
     from autocompress.export.writer import export_decilm

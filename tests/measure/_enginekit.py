@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "export"))
-
-import _exportkit as kit  # noqa: E402
+import _exportkit as kit  # tests/export, on the path (pyproject's pytest pythonpath)
 
 from autocompress.lang.model import Target, Workload
 
