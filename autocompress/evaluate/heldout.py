@@ -1,4 +1,11 @@
-"""Quality retained: the exported student against the parent on held-out code and prose.
+"""Quality retained: the exported student against the parent on the held-out sets.
+
+The sets (``data.stage``): held-out code and prose of the distillation corpus (in its domain), and
+out-of-domain code and prose from sources the distillation never reads (``corpus.OUT_OF_DOMAIN``).
+Every number carries its standard error over rows (``quality``). ``compared`` joins the parent's
+and the student's numbers with what each set is (``corpus.HeldoutSource``) and the ratio of each
+kind's out-of-domain KL to its in-domain KL, so the report states the sets and the gap as measured
+here, without deriving either.
 
 The student is loaded back from the exported folder (so what is measured is what ships), the
 parent runs through the functional forward; the parent's held-out top-k outputs are cached, so
@@ -10,6 +17,7 @@ key and cached by the caller.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -35,8 +43,15 @@ def load_exported(folder: Path):
     return causal_lm_class(folder).from_pretrained(str(folder), dtype="float32").eval()
 
 
+# The report's summary states the gap when a kind's out-of-domain KL exceeds its in-domain KL by this
+# factor: beyond it, the in-domain figure no longer describes the model's loss on other text.
+GAP_RATIO = 1.5
+
+
 def _as_dict(q: dict) -> dict:
-    return {k: {"tokens": v.tokens, "ppl": v.ppl, "nll": v.nll, "kl": v.kl, "top1": v.top1} for k, v in q.items()}
+    return {k: {"tokens": v.tokens, "rows": v.rows, "ppl": v.ppl, "ppl_se": v.ppl_se, "nll": v.nll,
+                "nll_se": v.nll_se, "kl": v.kl, "kl_se": v.kl_se, "top1": v.top1, "top1_se": v.top1_se}
+            for k, v in q.items()}
 
 
 def heldout(model, heldout: dict, settings, progress: Progress, name: str, held_teacher=None) -> dict:
@@ -84,10 +99,33 @@ def evaluate_student(out: Path, heldout_rows: dict, held_teacher: dict, tokenize
     return {"heldout": student_q, "humaneval": he}
 
 
-def compared(parent_quality: dict, student_quality: dict) -> dict:
-    """The build report's quality block: the student against the parent."""
-    return {"parent": parent_quality["heldout"], "student": student_quality["heldout"],
-            "humaneval": {"parent": parent_quality["humaneval"], "student": student_quality["humaneval"]}}
+def compared(parent_quality: dict, student_quality: dict, sets: tuple = (), missing: tuple[str, ...] = ()) -> dict:
+    """The build report's quality block: the student against the parent on every held-out set,
+    what each set is (``sets``: ``corpus.HeldoutSource``, from ``BuildData.heldout_sets``), the
+    sets not measured and why (``missing``), and the domain gaps (``domain_gaps``)."""
+    student = student_quality["heldout"]
+    return {"parent": parent_quality["heldout"], "student": student,
+            "humaneval": {"parent": parent_quality["humaneval"], "student": student_quality["humaneval"]},
+            "sets": [asdict(s) for s in sets if s.name in student], "sets_missing": list(missing),
+            "domain_gaps": domain_gaps(student, sets)}
+
+
+def domain_gaps(student: dict, sets: tuple) -> list[dict]:
+    """Per kind with both an in-domain and an out-of-domain set: their KLs and the ratio, and whether
+    it passes ``GAP_RATIO`` (``flagged``: the report's summary states it)."""
+    out = []
+    for kind in corpus.KINDS:
+        ins = [s.name for s in sets if s.kind == kind and s.in_domain and s.name in student]
+        outs = [s.name for s in sets if s.kind == kind and not s.in_domain and s.name in student]
+        for i in ins:
+            for o in outs:
+                kl_in, kl_out = student[i]["kl"], student[o]["kl"]
+                if kl_in is None or kl_out is None or kl_in <= 0:
+                    continue
+                ratio = kl_out / kl_in
+                out.append({"kind": kind, "in_domain": i, "out_of_domain": o, "kl_in": kl_in, "kl_out": kl_out,
+                            "ratio": ratio, "threshold": GAP_RATIO, "flagged": ratio > GAP_RATIO})
+    return out
 
 
 def humaneval_key() -> str:

@@ -4,11 +4,13 @@ Measured and predicted numbers sit in separate columns; when nothing was measure
 columns are absent and the heading says "predicted", with the calibration profile and its known
 error, so a prediction is never read as a measurement. A measured report also shows each bound's
 ratio to the parent (measured interleaved with it, so the host's drift cancels) against the
-predicted ratio, and the verdict corrected by the host-speed index.
+predicted ratio, and the verdict corrected by the host-speed index. Quality is the build's, held-out
+sets and standard errors included, rendered as the build report renders it (``report.build``).
 """
 
 from __future__ import annotations
 
+from autocompress.report.build import quality_markdown
 from autocompress.report.feasibility import fmt_value
 
 
@@ -103,12 +105,8 @@ def render_verify_markdown(r: dict) -> str:
             out.append(f"| {b['name']} | {b['op']} {fmt_value(b['metric'], b['bound'])} | "
                        f"{fmt_value(b['metric'], b['predicted'])} | {'yes' if b['predicted_ok'] else '**no**'} |")
     q = r.get("quality")
-    if q:
-        out += ["", "### Quality retained (measured at build time on held-out data)", "",
-                "| data | parent ppl | model ppl | KL | top-1 |", "|---|---|---|---|---|"]
-        for kind, s in q["student"].items():
-            kl = "-" if s.get("kl") is None else f"{s['kl']:.4f}"
-            t1 = "-" if s.get("top1") is None else f"{s['top1']:.1%}"
-            out.append(f"| {kind} | {q['parent'][kind]['ppl']:.2f} | {s['ppl']:.2f} | {kl} | {t1} |")
+    if q:  # the build report's block, rendered as the build report renders it
+        out += [""] + quality_markdown(q, "model", heading="### Quality retained (measured at build time on held-out "
+                                                           "data)")
     out.append("")
     return "\n".join(out)
