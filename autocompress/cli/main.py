@@ -26,12 +26,16 @@ the measurement code.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 from autocompress import __version__
 from autocompress.cli import check_cmd, diff_cmd
@@ -53,6 +57,24 @@ def _print_errors(err: SpecError) -> None:
 
 # ---- dispatch: each command's module, imported when the command runs ---------------------------------
 
+@contextlib.contextmanager
+def held_sigint() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, then raise it. torch's import runs C++ that a
+    KeyboardInterrupt can cross: ``bench.faults`` saw one in its import of triton end in SIGABRT
+    after a traceback, instead of the one line and exit 130. The import takes seconds at most."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if got:
+        raise KeyboardInterrupt
+
+
 def _fmt(args) -> int:
     from autocompress.cli import fmt_cmd  # the parser (lark)
 
@@ -70,7 +92,8 @@ def _build(args) -> int:
     if importlib.util.find_spec("torch") is None:
         sys.stderr.write("acc build needs torch and transformers: install them with scripts/install-full.sh\n")
         return EXIT_INVALID
-    from autocompress.cli import build_cmd  # torch and every stage of the build
+    with held_sigint():
+        from autocompress.cli import build_cmd  # torch and every stage of the build
 
     return build_cmd.run(args)
 
@@ -90,7 +113,8 @@ def _profile(args) -> int:
 def _eval(args) -> int:
     # set before torch loads: on shared cores spinning OpenMP threads made scoring ~10x slower in wall time
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from autocompress.cli import eval_cmd  # torch, the benchmarks' data and scorer
+    with held_sigint():
+        from autocompress.cli import eval_cmd  # torch, the benchmarks' data and scorer
 
     return eval_cmd.run(args)
 
@@ -101,13 +125,21 @@ _OS_REASONS = {errno.ENOENT: "no such file or folder", errno.EISDIR: "is a folde
                errno.EACCES: "permission denied: cannot be read or written", errno.EPERM: "operation not permitted"}
 
 
+# A write in Rust (safetensors' ``save_file``) raises the library's own error, with the OS error
+# only in its text: "Error while serializing: I/O error: No space left on device (os error 28)".
+_RUST_ENOSPC = f"(os error {errno.ENOSPC})"
+
+
 def disk_full(err: BaseException) -> OSError | None:
-    """The ENOSPC error behind ``err`` (itself or one it was raised from), else None."""
+    """The ENOSPC error behind ``err`` (itself or one it was raised from; a Rust writer's error that
+    says so in its text, as an ``OSError`` with its traceback), else None."""
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
         if isinstance(err, OSError) and err.errno == errno.ENOSPC:
             return err
+        if not isinstance(err, OSError) and _RUST_ENOSPC in str(err):
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)).with_traceback(err.__traceback__)
         err = err.__cause__ or err.__context__
     return None
 
@@ -124,9 +156,10 @@ def shown_path(path: str | os.PathLike) -> str:
 
 def _write_site(err: BaseException) -> tuple[str | None, int | None]:
     """(the file or folder being written, the bytes it was to hold) where ``err`` was raised: the
-    error's own file name, else the innermost of our frames that names one (``path``, ``final``,
-    ``tmp``, ``folder``: ``cache.atomic_write_bytes`` and ``atomic_dir`` do); a file object's write
-    error carries no name."""
+    error's own file name, else the innermost of our frames that names one (``path``, ``tmp``,
+    ``final``, ``folder``: ``cache.atomic_write_bytes`` and ``atomic_dir`` do, and a stage's function
+    its temporary folder ``tmp``, which ``run_stage`` holds beside its ``final``); a file object's
+    write error carries no name, nor does safetensors' Rust writer."""
     size = None
     tb, frames = err.__traceback__, []
     while tb is not None:
@@ -140,7 +173,7 @@ def _write_site(err: BaseException) -> tuple[str | None, int | None]:
         if size is None and isinstance(loc.get("data"), (bytes, bytearray)):
             size = len(loc["data"])
         if name is None:
-            name = next((os.fspath(loc[k]) for k in ("path", "final", "tmp", "folder")
+            name = next((os.fspath(loc[k]) for k in ("path", "tmp", "final", "folder")
                          if isinstance(loc.get(k), (str, os.PathLike))), None)
         if name is not None:
             break
@@ -157,7 +190,10 @@ def disk_full_message(err: OSError) -> str:
         folder, need = None, None
         if name:
             shown = shown_path(os.path.abspath(name))
-            folder = shown if os.path.isdir(shown) else os.path.dirname(shown)
+            # a stage's temporary folder (``atomic_dir``: ``.NAME.tmp-XXXX``, gone by now) is the folder
+            # being written, shown by the name it was to have; a file's folder is its parent
+            made = re.match(r"^\..+\.tmp-[^/]+$", os.path.basename(os.path.normpath(name)))
+            folder = shown if made or os.path.isdir(shown) else os.path.dirname(shown)
         if folder and size:
             try:
                 st = os.statvfs(folder)
