@@ -205,7 +205,7 @@ class Build:
             env["PYTHONPATH"] = os.pathsep.join([*filter(None, [env.get("PYTHONPATH")]), str(ROOT)])  # bench.lib
         self.t0 = time.perf_counter()
         self.proc = subprocess.Popen(cmd, cwd=self.folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
+                                     text=True, start_new_session=True, preexec_fn=default_sigint)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
         return self
@@ -482,6 +482,14 @@ def interrupt_trial(template: Path, folder: Path, point: Point, solo: Solo, refe
 
 
 # ---- a full disk: a small tmpfs, filled when the aimed stage starts --------------------------------------
+
+def default_sigint() -> None:
+    """In the child before it runs: SIGINT back to its default. A process started in the background
+    by a shell without job control (a CI runner, ``cmd &``) inherits SIGINT *ignored*, and Python then
+    never turns it into KeyboardInterrupt; a terminal's Ctrl-C reaches a foreground build with the
+    default, which is what the SIGINT rows stand for."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 def can_mount() -> bool:
     """Whether this process may mount a tmpfs (root, or a user namespace that allows it)."""
@@ -760,6 +768,7 @@ def judge(row: dict, references: dict[str, str]) -> dict:
 
 
 __all__ = ["DISK_FULL", "INTERRUPTED", "NAMES", "OUT", "STAGES", "WORK", "Build", "Point", "Solo", "can_mount",
+           "default_sigint",
            "disk_full_trial", "footprint", "interrupt_trial", "judge", "kill_trial", "make_template", "points",
            "project", "run", "same_spec", "simulate_enospc", "stage_reached", "two_specs", "weights_hash"]
 

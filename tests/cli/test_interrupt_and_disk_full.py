@@ -232,6 +232,12 @@ def test_a_launched_worker_interrupted_exits_130(monkeypatch, capsys):
 # ---- a real build, interrupted in a stage (``_buildkit``: tests/compress, on pytest's pythonpath) -------
 
 
+def default_sigint() -> None:
+    """SIGINT at its default in a child, as under a terminal: tests run from a background job (a CI
+    runner, ``cmd &``) start with SIGINT ignored, which a child would inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(cache_root: Path) -> dict:
     env = {**os.environ, "ACC_CACHE_DIR": str(cache_root)}
     env.pop("ACC_DEBUG", None)
@@ -241,7 +247,7 @@ def _env(cache_root: Path) -> dict:
 def _build(spec: Path, cache_root: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "autocompress.cli", "build", str(spec), "--quiet", "--no-verify"],
                             env=_env(cache_root), cwd=str(spec.parent), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
 
 
 def _finish(p: subprocess.Popen) -> str:
@@ -342,7 +348,7 @@ def test_a_signal_inside_the_check_and_the_export_and_the_rerun_resumes(tmp_path
         runpy.run_module("autocompress.cli", run_name="__main__")
     """)
     p = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache"), cwd=str(tmp_path),
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=900, preexec_fn=default_sigint)
     out = p.stdout + p.stderr
     if sig == "SIGINT":
         assert p.returncode == 130, out[-3000:]
