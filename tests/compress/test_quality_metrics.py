@@ -85,6 +85,7 @@ def test_parent_topk_cache_matches_live_parent(tmp_path):
     full = cache_teacher(parent, tokens, "p", k=kit.VOCAB, dtype=torch.float32, cache_dir=tmp_path)
     cached = evaluate_tokens(student, tokens, batch=2, parent_topk=full)
     assert cached.nll == live.nll and cached.top1 == live.top1
+    assert cached.nll_se == live.nll_se and cached.top1_se == pytest.approx(live.top1_se)  # and their SEs
     assert cached.kl == pytest.approx(live.kl, rel=1e-5)
     approx = evaluate_tokens(student, tokens, batch=2, parent_topk=cache_teacher(parent, tokens, "p", k=8, cache_dir=tmp_path))
     assert approx.kl <= live.kl + 1e-6 and approx.top1 == live.top1
